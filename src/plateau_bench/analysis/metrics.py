@@ -1,0 +1,268 @@
+"""Level metrics from request records: the one place each metric is defined.
+
+Definitions (times in ns since the level start; ``W = [w0, w1]`` is the measurement window):
+
+* **TTFT** = first content token received - request sent. Reasoning tokens count as content for
+  TTFT only when no plain content precedes them (``first_token_ns`` is set by the driver to the
+  first chunk that carries output tokens; ``first_reasoning_ns`` is kept apart).
+* **E2E** = last byte received - request sent.
+* **TPOT** = (E2E - TTFT) / (output_tokens - 1), per request with >= 2 output tokens.
+* **ITL** = gap between consecutive content chunks; a chunk carrying k tokens contributes k gaps
+  of (gap / k), so a multi-token chunk neither hides nor inflates latency (SGLang's convention).
+* **Output throughput** = output tokens whose arrival time lies in W / |W|. Total throughput adds
+  the prompt tokens of requests *sent* in W. **Peak output throughput** = the largest number of
+  output tokens arriving in any 1 s bucket of W.
+* **Achieved concurrency** (Little's law) = sum over requests of time in flight inside W / |W|.
+  **Decoding concurrency** = the same from first token to end: requests past their first token.
+  A server admission cap shows up here first.
+* **Request throughput** = successful requests ending in W / |W|.
+* Latency statistics cover successful requests sent within W.
+
+When a record has no chunk list (the twin in fast mode), its tokens are taken as arriving
+evenly from the first token to the end.
+
+Windows: burst levels use [first send, last end]. Steady levels exclude ramp-up (until every
+worker has received its first token) and drain (from the moment the first worker has finished
+its last request); see ``steady_window``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from plateau_bench.analysis.stats import FloatArray, batch_means_ci_rel, summarize
+from plateau_bench.records import LevelResult, RequestRecord
+
+NS = 1_000_000_000
+NS_PER_MS = 1_000_000
+
+# A level is marked failed when at least this share of its requests failed.
+LEVEL_FAILED_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class Window:
+    start_ns: int
+    end_ns: int
+    note: str = ""
+
+    @property
+    def length_s(self) -> float:
+        return max(self.end_ns - self.start_ns, 0) / NS
+
+
+def full_window(records: Sequence[RequestRecord]) -> Window:
+    """[first send, last end] over the measured (non-warm-up) records."""
+    measured = [r for r in records if not r.warmup]
+    if not measured:
+        return Window(0, 0, "no requests")
+    return Window(min(r.sent_ns for r in measured), max(r.end_ns for r in measured), "whole level")
+
+
+def steady_window(records: Sequence[RequestRecord]) -> Window:
+    """Exclude ramp-up and drain of a closed-loop level.
+
+    Ramp-up ends when every worker has received its first token; drain starts when the first
+    worker has finished its last request. Falls back to the full window (and says so) when the
+    two cross, which happens when a level is too short for a steady state.
+    """
+    measured = [r for r in records if not r.warmup]
+    if not measured:
+        return Window(0, 0, "no requests")
+    first_token_by_worker: dict[int, int] = {}
+    last_end_by_worker: dict[int, int] = {}
+    for r in measured:
+        if r.first_token_ns is not None:
+            prev = first_token_by_worker.get(r.worker)
+            if prev is None or r.first_token_ns < prev:
+                first_token_by_worker[r.worker] = r.first_token_ns
+        last_end_by_worker[r.worker] = max(last_end_by_worker.get(r.worker, 0), r.end_ns)
+    full = full_window(records)
+    if not first_token_by_worker or len(first_token_by_worker) < len(last_end_by_worker):
+        return Window(full.start_ns, full.end_ns, "no steady state: some workers never got a token")
+    start = max(first_token_by_worker.values())
+    end = min(last_end_by_worker.values())
+    if end - start < 0.2 * (full.end_ns - full.start_ns):
+        return Window(full.start_ns, full.end_ns, "level too short for a steady state: whole level used")
+    return Window(start, end, "steady state: ramp-up and drain excluded")
+
+
+def _token_arrays(records: Sequence[RequestRecord]) -> tuple[FloatArray, FloatArray]:
+    """All output-token arrivals as (times_ns, counts), chunkless records spread evenly."""
+    times: list[FloatArray] = []
+    counts: list[FloatArray] = []
+    for r in records:
+        if r.error is not None and not r.chunk_ns:
+            continue
+        if r.chunk_ns:
+            times.append(np.asarray(r.chunk_ns, dtype=np.float64))
+            counts.append(np.asarray(r.chunk_tokens, dtype=np.float64))
+        elif r.first_token_ns is not None and r.output_tokens > 0:
+            n = r.output_tokens
+            times.append(np.linspace(r.first_token_ns, r.end_ns, n) if n > 1
+                         else np.array([float(r.first_token_ns)]))
+            counts.append(np.ones(n))
+    if not times:
+        return np.zeros(0), np.zeros(0)
+    return np.concatenate(times), np.concatenate(counts)
+
+
+def _overlap_s(starts: FloatArray, ends: FloatArray, w: Window) -> float:
+    lo = np.maximum(starts, w.start_ns)
+    hi = np.minimum(ends, w.end_ns)
+    return float(np.clip(hi - lo, 0, None).sum()) / NS
+
+
+def _peak_in_flight(records: Sequence[RequestRecord]) -> int:
+    events = sorted([(r.sent_ns, 1) for r in records] + [(r.end_ns, -1) for r in records],
+                    key=lambda e: (e[0], e[1]))
+    peak = cur = 0
+    for _, delta in events:
+        cur += delta
+        peak = max(peak, cur)
+    return peak
+
+
+def _itl(records: Sequence[RequestRecord]) -> tuple[FloatArray, FloatArray]:
+    """Per-token ITL values (ms) with weights (tokens sharing each value)."""
+    values: list[FloatArray] = []
+    weights: list[FloatArray] = []
+    for r in records:
+        if len(r.chunk_ns) >= 2:
+            t = np.asarray(r.chunk_ns, dtype=np.float64)
+            k = np.asarray(r.chunk_tokens[1:], dtype=np.float64)
+            k = np.where(k < 1, 1.0, k)
+            values.append(np.diff(t) / k / NS_PER_MS)
+            weights.append(k)
+        elif not r.chunk_ns and r.first_token_ns is not None and r.output_tokens > 1:
+            gap = (r.end_ns - r.first_token_ns) / (r.output_tokens - 1) / NS_PER_MS
+            values.append(np.array([gap]))
+            weights.append(np.array([float(r.output_tokens - 1)]))
+    if not values:
+        return np.zeros(0), np.zeros(0)
+    return np.concatenate(values), np.concatenate(weights)
+
+
+def bucket_output_tokens(records: Sequence[RequestRecord], w: Window, bucket_s: float = 1.0) -> FloatArray:
+    """Output tokens arriving in consecutive ``bucket_s`` buckets from the window start."""
+    times, counts = _token_arrays([r for r in records if not r.warmup])
+    if w.end_ns <= w.start_ns:
+        return np.zeros(0)
+    n_buckets = max(1, int(np.ceil((w.end_ns - w.start_ns) / (bucket_s * NS))))
+    edges = w.start_ns + np.arange(n_buckets + 1) * bucket_s * NS
+    edges[-1] = max(edges[-1], w.end_ns)
+    hist, _ = np.histogram(times, bins=edges, weights=counts)
+    return np.asarray(hist, dtype=np.float64)
+
+
+def compute_level(
+    records: Sequence[RequestRecord],
+    *,
+    label: str,
+    mode: str,
+    concurrency: int | None = None,
+    rate: float | None = None,
+    window: Window | None = None,
+) -> LevelResult:
+    """Every metric of one level from its records (warm-up records are ignored)."""
+    measured = [r for r in records if not r.warmup]
+    if window is None:
+        window = steady_window(measured) if mode == "steady" else full_window(measured)
+    w = window
+    length = w.length_s
+    ok = [r for r in measured if r.error is None]
+    errors = Counter(r.error for r in measured if r.error is not None)
+    failed = sum(errors.values())
+    dominant = errors.most_common(1)[0][0] if errors else None
+
+    in_window_sent = [r for r in ok if w.start_ns <= r.sent_ns <= w.end_ns] if mode == "steady" else ok
+
+    times, counts = _token_arrays(measured)
+    in_w = (times >= w.start_ns) & (times <= w.end_ns)
+    out_tokens = int(counts[in_w].sum()) if times.size else 0
+    in_tokens = sum(r.prompt_tokens for r in ok if w.start_ns <= r.sent_ns <= w.end_ns)
+
+    starts = np.array([r.sent_ns for r in measured], dtype=np.float64)
+    ends = np.array([r.end_ns for r in measured], dtype=np.float64)
+    decoding = [r for r in measured if r.first_token_ns is not None]
+    d_starts = np.array([r.first_token_ns for r in decoding], dtype=np.float64)
+    d_ends = np.array([r.end_ns for r in decoding], dtype=np.float64)
+
+    buckets = bucket_output_tokens(measured, w)
+    ci_rel = batch_means_ci_rel(_batch_throughputs(times, counts, w)) if mode == "steady" else None
+
+    ttft = [(r.first_token_ns - r.sent_ns) / NS_PER_MS for r in in_window_sent if r.first_token_ns is not None]
+    e2e = [(r.end_ns - r.sent_ns) / NS_PER_MS for r in in_window_sent]
+    tpot = [
+        (r.end_ns - r.first_token_ns) / NS_PER_MS / (r.output_tokens - 1)
+        for r in in_window_sent
+        if r.first_token_ns is not None and r.output_tokens > 1
+    ]
+    itl_values, itl_weights = _itl(in_window_sent)
+    lag = [(r.sent_ns - r.scheduled_ns) / NS_PER_MS for r in measured]
+    sources = Counter(r.token_source for r in ok)
+
+    done_in_window = sum(1 for r in ok if w.start_ns <= r.end_ns <= w.end_ns)
+    wall = (max(r.end_ns for r in measured) - min(r.sent_ns for r in measured)) / NS if measured else 0.0
+    return LevelResult(
+        label=label,
+        mode=mode,
+        concurrency=concurrency,
+        rate=rate,
+        num_requests=len(measured),
+        completed=len(ok),
+        failed=failed,
+        errors={str(k): v for k, v in errors.items()},
+        dominant_error=dominant,
+        level_failed=bool(measured) and failed / len(measured) >= LEVEL_FAILED_SHARE,
+        duration_s=length,
+        wall_s=wall,
+        window_start_s=w.start_ns / NS,
+        window_end_s=w.end_ns / NS,
+        window_note=w.note,
+        output_tokens=out_tokens,
+        input_tokens=in_tokens,
+        output_throughput=out_tokens / length if length > 0 else 0.0,
+        total_throughput=(out_tokens + in_tokens) / length if length > 0 else 0.0,
+        peak_output_throughput=float(buckets.max()) if buckets.size else 0.0,
+        request_throughput=done_in_window / length if length > 0 else 0.0,
+        achieved_concurrency=_overlap_s(starts, ends, w) / length if length > 0 else 0.0,
+        decoding_concurrency=_overlap_s(d_starts, d_ends, w) / length if length > 0 else 0.0,
+        peak_in_flight=_peak_in_flight(measured),
+        ttft_ms=summarize(ttft),
+        tpot_ms=summarize(tpot),
+        itl_ms=summarize(itl_values, itl_weights) if itl_values.size else summarize([]),
+        e2e_ms=summarize(e2e),
+        send_lag_ms=summarize(lag),
+        token_source=sources.most_common(1)[0][0] if sources else "usage",
+        throughput_ci_rel=ci_rel,
+    )
+
+
+def _batch_throughputs(times: FloatArray, counts: FloatArray, w: Window, batches: int = 10) -> list[float]:
+    """Output tok/s in ``batches`` equal sub-windows of W (for the batch-means CI)."""
+    if w.end_ns <= w.start_ns or times.size == 0:
+        return []
+    edges = np.linspace(w.start_ns, w.end_ns, batches + 1)
+    hist, _ = np.histogram(times, bins=edges, weights=counts)
+    width_s = (w.end_ns - w.start_ns) / batches / NS
+    return [float(h) / width_s for h in hist]
+
+
+def seed_line(level: LevelResult) -> str:
+    """The line users already know from the classic benchmark scripts."""
+    e2e = level.e2e_ms
+    total = level.num_requests
+
+    def s(v: float | None) -> str:
+        return f"{v / 1000:6.2f}" if v is not None else "     -"
+
+    head = f"C={level.concurrency:>5}" if level.concurrency is not None else f"{level.label:>7}"
+    return (
+        f"{head} | {level.completed}/{total} ok ({level.failed} err) | wall={level.wall_s:7.1f}s | "
+        f"{level.output_throughput:8.1f} tok/s | lat avg={s(e2e.mean)} p50={s(e2e.p50)} p99={s(e2e.p99)}"
+    )

@@ -1,0 +1,50 @@
+"""The exception hierarchy, in one place.
+
+``PlateauError`` is the root: the CLI turns any of them into one line on stderr and exit code 2.
+
+    PlateauError
+      ConfigError      bad flags, specs, files, or output directories (the user's input)
+      TargetError      the endpoint: unreachable, not OpenAI-compatible, unknown model
+      ScrapeError      telemetry that was asked for explicitly and cannot be read
+      ResultsError     saved results that are missing, unreadable, or from a newer schema
+
+Per-request failures during a load level are *not* exceptions: they are recorded on the
+request record (see ``ErrorClass``) and counted, never fatal.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class PlateauError(Exception):
+    """Root of every error plateau-bench reports to the user as one line."""
+
+
+class ConfigError(PlateauError):
+    """The user's input (flags, spec, dataset, output directory) is invalid."""
+
+
+class TargetError(PlateauError):
+    """The target endpoint cannot be used (connection, protocol, model)."""
+
+
+class ScrapeError(PlateauError):
+    """Telemetry that was explicitly requested could not be read."""
+
+
+class ResultsError(PlateauError):
+    """Saved results are missing, unreadable, or from an unsupported schema."""
+
+
+class ErrorClass(StrEnum):
+    """How one request failed; stored on its record."""
+
+    CONNECT = "connect"
+    TIMEOUT = "timeout"
+    HTTP_429 = "http_429"
+    HTTP_4XX = "http_4xx"
+    HTTP_5XX = "http_5xx"
+    PROTOCOL = "protocol"
+    SERVER_ERROR_EVENT = "server_error_event"
+    CANCELLED = "cancelled"

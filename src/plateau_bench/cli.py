@@ -1,7 +1,39 @@
-"""The ``plateau`` command (commands only: parse, call, print)."""
+"""The ``plateau`` command: commands only (parse, call, print).
+
+Each group of commands lives in ``plateau_bench.commands.<name>`` and registers itself on the
+one Typer app. Every ``PlateauError`` becomes one line on stderr and exit code 2; Ctrl-C exits
+130 after the result files have been flushed by the command that was running.
+"""
 
 from __future__ import annotations
 
+import importlib
+import sys
 
-def main() -> None:
-    raise SystemExit("plateau: CLI under construction")
+import typer
+
+from plateau_bench.errors import PlateauError
+
+app = typer.Typer(
+    name="plateau",
+    help="Find how many tokens/s an LLM deployment serves, where it stops scaling, and why.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_COMMAND_MODULES = ("load", "sim", "analyze", "report", "compare")
+
+for _name in _COMMAND_MODULES:
+    importlib.import_module(f"plateau_bench.commands.{_name}").register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        app(args=argv, prog_name="plateau", standalone_mode=True)
+    except PlateauError as exc:
+        print(f"plateau: error: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print("plateau: interrupted; finished levels are saved", file=sys.stderr)
+        raise SystemExit(130) from None

@@ -1,0 +1,1 @@
+"""Presentation: result files, terminal tables and live view, HTML report. Recomputes nothing."""

@@ -118,13 +118,11 @@ def _is_secret_header(name: str) -> bool:
 def parse_duration(text: str) -> float:
     """'90', '90s', '1.5m', '2h', '250ms' -> seconds. Raises ConfigError."""
     t = text.strip().lower()
-    units = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
-    for suffix, scale in units:
+    number, scale = t, 1.0
+    for suffix, unit_scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
         if t.endswith(suffix) and not (suffix == "s" and t.endswith("ms")):
-            number = t[: -len(suffix)]
+            number, scale = t[: -len(suffix)], unit_scale
             break
-    else:
-        number, scale = t, 1.0
     try:
         value = float(number) * scale
     except ValueError:

@@ -91,7 +91,7 @@ def steady_window(records: Sequence[RequestRecord]) -> Window:
     return Window(start, end, "steady state: ramp-up and drain excluded")
 
 
-def _token_arrays(records: Sequence[RequestRecord]) -> tuple[FloatArray, FloatArray]:
+def token_arrays(records: Sequence[RequestRecord]) -> tuple[FloatArray, FloatArray]:
     """All output-token arrivals as (times_ns, counts), chunkless records spread evenly."""
     times: list[FloatArray] = []
     counts: list[FloatArray] = []
@@ -149,7 +149,7 @@ def _itl(records: Sequence[RequestRecord]) -> tuple[FloatArray, FloatArray]:
 
 def bucket_output_tokens(records: Sequence[RequestRecord], w: Window, bucket_s: float = 1.0) -> FloatArray:
     """Output tokens arriving in consecutive ``bucket_s`` buckets from the window start."""
-    times, counts = _token_arrays([r for r in records if not r.warmup])
+    times, counts = token_arrays([r for r in records if not r.warmup])
     if w.end_ns <= w.start_ns:
         return np.zeros(0)
     n_buckets = max(1, int(np.ceil((w.end_ns - w.start_ns) / (bucket_s * NS))))
@@ -181,7 +181,7 @@ def compute_level(
 
     in_window_sent = [r for r in ok if w.start_ns <= r.sent_ns <= w.end_ns] if mode == "steady" else ok
 
-    times, counts = _token_arrays(measured)
+    times, counts = token_arrays(measured)
     in_w = (times >= w.start_ns) & (times <= w.end_ns)
     out_tokens = int(counts[in_w].sum()) if times.size else 0
     in_tokens = sum(r.prompt_tokens for r in ok if w.start_ns <= r.sent_ns <= w.end_ns)
@@ -193,9 +193,10 @@ def compute_level(
     d_ends = np.array([r.end_ns for r in decoding], dtype=np.float64)
 
     buckets = bucket_output_tokens(measured, w)
-    ci_rel = batch_means_ci_rel(_batch_throughputs(times, counts, w)) if mode == "steady" else None
+    ci_rel = batch_means_ci_rel(batch_throughputs(times, counts, w)) if mode == "steady" else None
 
-    ttft = [(r.first_token_ns - r.sent_ns) / NS_PER_MS for r in in_window_sent if r.first_token_ns is not None]
+    ttft = [(r.first_token_ns - r.sent_ns) / NS_PER_MS
+            for r in in_window_sent if r.first_token_ns is not None]
     e2e = [(r.end_ns - r.sent_ns) / NS_PER_MS for r in in_window_sent]
     tpot = [
         (r.end_ns - r.first_token_ns) / NS_PER_MS / (r.output_tokens - 1)
@@ -243,7 +244,7 @@ def compute_level(
     )
 
 
-def _batch_throughputs(times: FloatArray, counts: FloatArray, w: Window, batches: int = 10) -> list[float]:
+def batch_throughputs(times: FloatArray, counts: FloatArray, w: Window, batches: int = 10) -> list[float]:
     """Output tok/s in ``batches`` equal sub-windows of W (for the batch-means CI)."""
     if w.end_ns <= w.start_ns or times.size == 0:
         return []

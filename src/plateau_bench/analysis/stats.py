@@ -61,7 +61,7 @@ def summarize(values_ms: Sequence[float] | FloatArray, weights: FloatArray | Non
         p90=weighted_quantile(arr, w, 0.90),
         p99=weighted_quantile(arr, w, 0.99),
         max=float(arr.max()),
-        count=int(round(total)),
+        count=round(total),
     )
 
 

@@ -1,0 +1,195 @@
+"""Plateau and knee detection, and the adaptive concurrency search that finds them.
+
+Vocabulary (all pure functions of measured points ``(concurrency, throughput, ci_rel)``):
+
+* **gain** of a level: its throughput over the throughput of the previous (lower) level, minus 1.
+* A doubling is **flat** when its gain is below ``plateau_gain`` plus the measurement noise of the
+  two levels (the root-sum-square of their relative 95 % confidence half-widths). Noise thus
+  widens the threshold: a 4 % gain measured at +-3 % is not growth.
+* The **plateau** is confirmed by two consecutive flat doublings (the first one proposes it, the
+  next one confirms it; a confirmation that grows again cancels it). Its throughput is the mean
+  of the levels within ``plateau_gain`` of the best level at or above the first flat level
+  (robust to a curve that falls after its peak).
+* The **knee** is the smallest concurrency whose throughput reaches ``knee_fraction`` (95 %) of
+  the plateau, interpolated linearly in log2(concurrency) between the two measured levels that
+  bracket it. ``bracket`` names those levels; refinement (geometric bisection) narrows it.
+
+``next_concurrency`` is the search as a state machine: given the points measured so far it says
+what to measure next or why to stop, so the sweep loop holds no logic and the search is tested
+on synthetic curves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Point:
+    concurrency: int
+    throughput: float
+    ci_rel: float | None = None
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    start: int = 1
+    max_concurrency: int = 4096
+    plateau_gain: float = 0.05
+    knee_fraction: float = 0.95
+    refine_steps: int = 3
+
+
+@dataclass(frozen=True)
+class Plateau:
+    throughput: float
+    concurrency: int          # first level on the plateau
+    reached: bool             # confirmed by two flat doublings
+    levels: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, object]:
+        return {"throughput": self.throughput, "concurrency": self.concurrency, "reached": self.reached,
+                "levels": list(self.levels)}
+
+
+@dataclass(frozen=True)
+class Knee:
+    concurrency: float                 # interpolated
+    throughput: float                  # knee_fraction * plateau
+    bracket: tuple[int, int]           # measured levels around it
+    reached: bool
+
+    def to_dict(self) -> dict[str, object]:
+        return {"concurrency": self.concurrency, "throughput": self.throughput,
+                "bracket": list(self.bracket), "reached": self.reached}
+
+
+@dataclass(frozen=True)
+class Decision:
+    concurrency: int | None            # next level to measure; None = stop
+    phase: str                         # "grow" | "confirm" | "refine" | "done"
+    reason: str = ""
+
+
+def _sorted_ok(points: Sequence[Point]) -> list[Point]:
+    best: dict[int, Point] = {}
+    for p in points:
+        if not p.failed:
+            best[p.concurrency] = p
+    return [best[c] for c in sorted(best)]
+
+
+def noise(a: Point, b: Point) -> float:
+    """Combined relative noise of two levels (0 when unknown, e.g. burst levels)."""
+    return math.sqrt((a.ci_rel or 0.0) ** 2 + (b.ci_rel or 0.0) ** 2)
+
+
+def is_flat(lower: Point, upper: Point, plateau_gain: float) -> bool:
+    if lower.throughput <= 0:
+        return upper.throughput <= 0
+    gain = upper.throughput / lower.throughput - 1.0
+    return gain < plateau_gain + noise(lower, upper)
+
+
+def _doubling_chain(points: Sequence[Point], start: int) -> list[Point]:
+    """The levels of the doubling phase: start, 2*start, 4*start, ... as far as measured."""
+    by_c = {p.concurrency: p for p in points}
+    chain: list[Point] = []
+    c = start
+    while c in by_c:
+        chain.append(by_c[c])
+        c *= 2
+    return chain
+
+
+def _half_level(pts: Sequence[Point], p: Point) -> Point | None:
+    """The measured level closest below half of ``p``'s concurrency (the "doubling" partner)."""
+    below = [q for q in pts if q.concurrency * 2 <= p.concurrency]
+    return below[-1] if below else None
+
+
+def find_plateau(points: Sequence[Point], plateau_gain: float = 0.05) -> Plateau | None:
+    """The plateau of a curve, or None while throughput is still growing.
+
+    Works on any set of levels (a fixed grid, or a doubling chain with refinement points in
+    between): each level is compared with its doubling partner (the measured level nearest
+    below half its concurrency), so closely spaced refinement levels never look flat. The
+    plateau starts at the partner of the earliest flat pair after which every pair is flat;
+    ``reached`` needs two such flat pairs.
+    """
+    pts = _sorted_ok(points)
+    pairs: list[tuple[Point, Point, bool]] = []
+    for p in pts:
+        q = _half_level(pts, p)
+        if q is not None:
+            pairs.append((q, p, is_flat(q, p, plateau_gain)))
+    if not pairs or not pairs[-1][2]:
+        return None
+    first = len(pairs) - 1
+    while first > 0 and pairs[first - 1][2]:
+        first -= 1
+    start = pairs[first][0]
+    top = [p for p in pts if p.concurrency >= start.concurrency]
+    best = max(p.throughput for p in top)
+    flat_top = [p for p in top if p.throughput >= best * (1 - plateau_gain)]
+    return Plateau(
+        throughput=sum(p.throughput for p in flat_top) / len(flat_top),
+        concurrency=start.concurrency,
+        reached=len(pairs) - first >= 2,
+        levels=tuple(p.concurrency for p in flat_top),
+    )
+
+
+def find_knee(points: Sequence[Point], plateau: Plateau, fraction: float = 0.95) -> Knee:
+    """Smallest concurrency reaching ``fraction`` of the plateau, log2-interpolated."""
+    pts = _sorted_ok(points)
+    target = fraction * plateau.throughput
+    for i, p in enumerate(pts):
+        if p.throughput >= target:
+            if i == 0:
+                return Knee(float(p.concurrency), target, (p.concurrency, p.concurrency), plateau.reached)
+            lo = pts[i - 1]
+            x0, x1 = math.log2(lo.concurrency), math.log2(p.concurrency)
+            frac = (target - lo.throughput) / (p.throughput - lo.throughput)
+            c = 2 ** (x0 + frac * (x1 - x0))
+            return Knee(c, target, (lo.concurrency, p.concurrency), plateau.reached)
+    last = pts[-1]
+    return Knee(float(last.concurrency), target, (last.concurrency, last.concurrency), False)
+
+
+def next_concurrency(points: Sequence[Point], cfg: SearchConfig) -> Decision:
+    """The adaptive search: double until flat twice, then bisect the knee's bracket."""
+    pts = _sorted_ok(points)
+    if any(p.failed for p in points) and points and points[-1].failed:
+        return Decision(None, "done", f"level C={points[-1].concurrency} failed")
+    chain = _doubling_chain(pts, cfg.start)
+    if not chain:
+        return Decision(cfg.start, "grow", "first level")
+    flat_steps = [is_flat(chain[i - 1], chain[i], cfg.plateau_gain) for i in range(1, len(chain))]
+    confirmed = any(flat_steps[i] and flat_steps[i + 1] for i in range(len(flat_steps) - 1))
+    if not confirmed:
+        nxt = chain[-1].concurrency * 2
+        if nxt > cfg.max_concurrency:
+            return Decision(None, "done", f"max concurrency {cfg.max_concurrency} reached before a plateau")
+        phase = "confirm" if flat_steps and flat_steps[-1] else "grow"
+        return Decision(nxt, phase, "proposed plateau, confirming" if phase == "confirm" else "still growing")
+    plateau = find_plateau(pts, cfg.plateau_gain)
+    if plateau is None:  # refinement levels never break a confirmed doubling plateau; be safe
+        return Decision(None, "done", "plateau lost after refinement")
+    refined = [p for p in pts if p.concurrency not in {q.concurrency for q in chain}]
+    if len(refined) >= cfg.refine_steps:
+        return Decision(None, "done", "plateau confirmed and knee refined")
+    knee = find_knee(pts, plateau, cfg.knee_fraction)
+    lo, hi = knee.bracket
+    if hi - lo <= 1 or hi <= lo:
+        if lo == hi and lo > 1 and lo == pts[0].concurrency:
+            return Decision(None, "done", "knee at the lowest measured level")
+        return Decision(None, "done", "plateau confirmed and knee located to one level")
+    mid = round(math.sqrt(lo * hi))
+    mid = min(max(mid, lo + 1), hi - 1)
+    if any(p.concurrency == mid for p in pts):
+        return Decision(None, "done", "plateau confirmed and knee refined")
+    return Decision(mid, "refine", f"refining the knee between C={lo} and C={hi}")

@@ -172,16 +172,19 @@ def next_concurrency(points: Sequence[Point], cfg: SearchConfig) -> Decision:
     confirmed = any(flat_steps[i] and flat_steps[i + 1] for i in range(len(flat_steps) - 1))
     if not confirmed:
         nxt = chain[-1].concurrency * 2
-        if nxt > cfg.max_concurrency:
+        proposed = bool(flat_steps) and flat_steps[-1]
+        if nxt > cfg.max_concurrency and not proposed:
             return Decision(None, "done", f"max concurrency {cfg.max_concurrency} reached before a plateau")
-        phase = "confirm" if flat_steps and flat_steps[-1] else "grow"
-        return Decision(nxt, phase, "proposed plateau, confirming" if phase == "confirm" else "still growing")
+        if nxt <= cfg.max_concurrency:
+            phase = "confirm" if proposed else "grow"
+            return Decision(nxt, phase, "proposed plateau, confirming" if proposed else "still growing")
+        # A plateau proposed at the concurrency limit cannot be confirmed; still refine its knee.
     plateau = find_plateau(pts, cfg.plateau_gain)
     if plateau is None:  # refinement levels never break a confirmed doubling plateau; be safe
         return Decision(None, "done", "plateau lost after refinement")
     refined = [p for p in pts if p.concurrency not in {q.concurrency for q in chain}]
     if len(refined) >= cfg.refine_steps:
-        return Decision(None, "done", "plateau confirmed and knee refined")
+        return Decision(None, "done", "plateau found and knee refined")
     knee = find_knee(pts, plateau, cfg.knee_fraction)
     lo, hi = knee.bracket
     if hi - lo <= 1 or hi <= lo:

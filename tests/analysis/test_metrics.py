@@ -1,0 +1,108 @@
+"""Metrics on hand-built records with hand-computed answers."""
+
+from __future__ import annotations
+
+import pytest
+
+from plateau_bench.analysis.metrics import Window, compute_level, full_window, seed_line, steady_window
+from plateau_bench.records import RequestRecord
+
+MS = 1_000_000
+
+
+def rec(index: int, sent_ms: float, chunks_ms: list[float], *, worker: int = 0, tokens: list[int] | None = None,
+        prompt: int = 10, error: str | None = None, warmup: bool = False) -> RequestRecord:
+    chunk_ns = [int(c * MS) for c in chunks_ms]
+    toks = tokens or [1] * len(chunk_ns)
+    return RequestRecord(
+        index=index, worker=worker, scheduled_ns=int(sent_ms * MS), sent_ns=int(sent_ms * MS),
+        first_token_ns=chunk_ns[0] if chunk_ns else None, end_ns=chunk_ns[-1] if chunk_ns else int(sent_ms * MS),
+        chunk_ns=chunk_ns, chunk_tokens=toks, prompt_tokens=prompt, output_tokens=sum(toks) if chunk_ns else 0,
+        error=error, warmup=warmup,
+    )
+
+
+def test_ttft_tpot_itl_e2e_by_hand() -> None:
+    # Request A: sent 0, tokens at 100, 110, 120, 130 ms -> TTFT 100, TPOT 10, E2E 130.
+    # Request B: sent 0, tokens at 200, 240 (chunk of 2 tokens) -> TTFT 200, TPOT (240-200)/2=20,
+    # ITL: one chunk of 2 tokens after a 40 ms gap -> two gaps of 20 ms.
+    a = rec(0, 0, [100, 110, 120, 130])
+    b = rec(1, 0, [200, 240], tokens=[1, 2], worker=1)
+    lv = compute_level([a, b], label="C=2", mode="burst", concurrency=2)
+    assert lv.ttft_ms.mean == pytest.approx(150)
+    assert lv.tpot_ms.mean == pytest.approx(15)
+    assert lv.e2e_ms.max == pytest.approx(240)
+    # ITL values: A: 10,10,10 (weights 1); B: 20,20 (one chunk, weight 2) -> mean (30+40)/5 = 14.
+    assert lv.itl_ms.mean == pytest.approx(14)
+    assert lv.itl_ms.count == 5
+    assert lv.itl_ms.max == pytest.approx(20)
+
+
+def test_throughput_and_littles_law_by_hand() -> None:
+    # Two requests in flight for the whole window [0, 1000] ms: achieved concurrency 2.
+    a = rec(0, 0, [500, 1000])
+    b = rec(1, 0, [250, 1000], worker=1)
+    lv = compute_level([a, b], label="C=2", mode="burst", concurrency=2)
+    assert lv.duration_s == pytest.approx(1.0)
+    assert lv.output_throughput == pytest.approx(4.0)
+    assert lv.total_throughput == pytest.approx(24.0)  # + 2 x 10 prompt tokens
+    assert lv.achieved_concurrency == pytest.approx(2.0)
+    # decoding: A from 500 ms, B from 250 ms -> (0.5 + 0.75) / 1 s
+    assert lv.decoding_concurrency == pytest.approx(1.25)
+    assert lv.request_throughput == pytest.approx(2.0)
+    assert lv.peak_in_flight == 2
+
+
+def test_peak_output_throughput_uses_one_second_buckets() -> None:
+    # 3 tokens in the first second, 1 in the second: peak 3 tok/s.
+    a = rec(0, 0, [100, 200, 300, 1500])
+    lv = compute_level([a], label="C=1", mode="burst", concurrency=1)
+    assert lv.peak_output_throughput == pytest.approx(3.0)
+
+
+def test_errors_counted_and_level_failed_by_majority() -> None:
+    ok = rec(0, 0, [10, 20])
+    bad = [rec(i, 0, [], error="http_429", worker=i) for i in range(1, 4)]
+    lv = compute_level([ok, *bad], label="C=4", mode="burst", concurrency=4)
+    assert (lv.completed, lv.failed) == (1, 3)
+    assert lv.errors == {"http_429": 3}
+    assert lv.dominant_error == "http_429"
+    assert lv.level_failed
+
+
+def test_warmup_records_are_ignored() -> None:
+    warm = rec(0, 0, [1000, 2000], warmup=True)
+    real = rec(1, 0, [100, 200])
+    lv = compute_level([warm, real], label="C=1", mode="burst", concurrency=1)
+    assert lv.num_requests == 1
+    assert lv.e2e_ms.max == pytest.approx(200)
+
+
+def test_chunkless_records_spread_tokens_evenly() -> None:
+    r = RequestRecord(index=0, scheduled_ns=0, sent_ns=0, first_token_ns=100 * MS, end_ns=1100 * MS,
+                      output_tokens=11, prompt_tokens=5)
+    lv = compute_level([r], label="C=1", mode="burst", concurrency=1)
+    assert lv.tpot_ms.mean == pytest.approx(100)
+    assert lv.itl_ms.mean == pytest.approx(100)
+    assert lv.output_tokens == 11
+
+
+def test_steady_window_excludes_ramp_up_and_drain() -> None:
+    # Two workers, each 5 back-to-back requests of 100 ms; worker 1 starts 50 ms later.
+    records = []
+    for w, offset in ((0, 0), (1, 50)):
+        for k in range(5):
+            s = offset + 100 * k
+            records.append(rec(len(records), s, [s + 20, s + 100], worker=w))
+    win = steady_window(records)
+    assert win.start_ns == 70 * MS      # worker 1's first token
+    assert win.end_ns == 500 * MS       # worker 0's last request ends first
+    assert "steady" in win.note
+    assert full_window(records) == Window(0, 550 * MS, "whole level")
+
+
+def test_seed_line_format() -> None:
+    a = rec(0, 0, [1000, 33_100])
+    line = seed_line(compute_level([a], label="C=1", mode="burst", concurrency=1))
+    assert line.startswith("C=    1 | 1/1 ok (0 err) | wall=   33.1s |")
+    assert "lat avg= 33.10 p50= 33.10 p99= 33.10" in line

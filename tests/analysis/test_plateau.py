@@ -1,0 +1,115 @@
+"""Plateau and knee detection on synthetic curves, and the adaptive search driven by them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from plateau_bench.analysis.plateau import (
+    Point,
+    SearchConfig,
+    find_knee,
+    find_plateau,
+    next_concurrency,
+)
+
+
+def capped(cap: int, t0: float = 14.0, a: float = 0.195):
+    def f(c: int) -> float:
+        b = min(c, cap)
+        return b * 1000 / (t0 + a * b)
+    return f
+
+
+def drive(curve, cfg: SearchConfig = SearchConfig(), noise=lambda c: 0.0) -> list[Point]:
+    pts: list[Point] = []
+    for _ in range(60):
+        d = next_concurrency(pts, cfg)
+        if d.concurrency is None:
+            return pts
+        pts.append(Point(d.concurrency, curve(d.concurrency) * (1 + noise(d.concurrency)), 0.01))
+    raise AssertionError("search did not stop")
+
+
+def test_capped_curve_plateau_at_cap_and_knee_below() -> None:
+    pts = drive(capped(256))
+    pl = find_plateau(pts)
+    assert pl is not None and pl.reached
+    assert pl.concurrency == 256
+    assert pl.throughput == pytest.approx(capped(256)(256), rel=0.01)
+    knee = find_knee(pts, pl)
+    # 95 % of 4,000 tok/s on this curve is reached at C ~ 205 (solved by hand: 1000C/(14+0.195C) = 3800).
+    assert 195 <= knee.concurrency <= 215
+    assert knee.bracket[0] <= knee.concurrency <= knee.bracket[1]
+    assert len(pts) <= 15
+
+
+def test_seed_a_fixed_grid() -> None:
+    seed = [Point(1, 71), Point(256, 3962.8), Point(512, 3988.1), Point(768, 3991.2), Point(1024, 3997.0)]
+    pl = find_plateau(seed)
+    assert pl is not None and pl.reached and pl.concurrency == 256
+    assert pl.throughput == pytest.approx(3984.8, rel=1e-3)
+
+
+def test_no_plateau_while_growing() -> None:
+    pts = [Point(c, 10.0 * c) for c in (1, 2, 4, 8, 16)]
+    assert find_plateau(pts) is None
+    d = next_concurrency(pts, SearchConfig())
+    assert d.concurrency == 32 and d.phase == "grow"
+
+
+def test_max_concurrency_stops_before_plateau() -> None:
+    pts = drive(lambda c: 10.0 * c, SearchConfig(max_concurrency=64))
+    assert max(p.concurrency for p in pts) == 64
+    assert find_plateau(pts) is None
+
+
+def test_single_level() -> None:
+    assert find_plateau([Point(8, 100.0)]) is None
+    d = next_concurrency([Point(1, 100.0)], SearchConfig())
+    assert d.concurrency == 2
+
+
+def test_falling_after_peak_is_a_plateau_at_the_peak() -> None:
+    curve = {1: 100.0, 2: 190.0, 4: 360.0, 8: 600.0, 16: 610.0, 32: 450.0, 64: 300.0}
+    pts = [Point(c, t) for c, t in curve.items()]
+    pl = find_plateau(pts)
+    assert pl is not None and pl.reached
+    assert pl.concurrency == 8
+    assert pl.throughput == pytest.approx(605.0)
+
+
+def test_proposed_plateau_that_grows_again_is_cancelled() -> None:
+    curve = {1: 100.0, 2: 200.0, 4: 202.0, 8: 400.0, 16: 800.0}
+    pl = find_plateau([Point(c, t) for c, t in curve.items()])
+    assert pl is None
+    d = next_concurrency([Point(c, t) for c, t in curve.items()], SearchConfig())
+    assert d.concurrency == 32 and d.phase == "grow"
+
+
+def test_noise_widens_the_flat_threshold() -> None:
+    # +6 % looks like growth when exact, but not when each level is +-5 %.
+    exact = [Point(1, 100.0), Point(2, 106.0)]
+    noisy = [Point(1, 100.0, 0.05), Point(2, 106.0, 0.05)]
+    assert next_concurrency(exact, SearchConfig()).phase == "grow"
+    assert next_concurrency(noisy, SearchConfig()).phase == "confirm"
+
+
+def test_failed_last_level_stops_the_search() -> None:
+    d = next_concurrency([Point(1, 100.0), Point(2, 0.0, failed=True)], SearchConfig())
+    assert d.concurrency is None and "failed" in d.reason
+
+
+@given(cap=st.integers(min_value=2, max_value=2048), jitter=st.floats(min_value=0.0, max_value=0.015))
+def test_search_finds_any_cap(cap: int, jitter: float) -> None:
+    curve = capped(cap, t0=10.0, a=0.01)
+    pts = drive(curve, noise=lambda c: jitter * math.sin(c))
+    pl = find_plateau(pts)
+    assert pl is not None
+    # The plateau starts within one doubling of the cap, and the knee's bracket starts at or below it.
+    assert cap / 2 <= pl.concurrency <= 2 * cap
+    knee = find_knee(pts, pl)
+    assert knee.bracket[0] <= cap

@@ -88,6 +88,7 @@ class LevelResult(msgspec.Struct, kw_only=True):
     achieved_concurrency: float = 0.0
     decoding_concurrency: float = 0.0
     peak_in_flight: int = 0
+    peak_decoding: int = 0         # most requests simultaneously past their first token
     ttft_ms: Latency = msgspec.field(default_factory=Latency)
     tpot_ms: Latency = msgspec.field(default_factory=Latency)
     itl_ms: Latency = msgspec.field(default_factory=Latency)

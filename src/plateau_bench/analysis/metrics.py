@@ -15,6 +15,8 @@ Definitions (times in ns since the level start; ``W = [w0, w1]`` is the measurem
 * **Achieved concurrency** (Little's law) = sum over requests of time in flight inside W / |W|.
   **Decoding concurrency** = the same from first token to end: requests past their first token.
   A server admission cap shows up here first.
+* **Peak decoding** = the most requests past their first token at one instant: a server that
+  admits at most N requests at a time can never exceed N, so this reads a cap exactly.
 * **Request throughput** = successful requests ending in W / |W|.
 * Latency statistics cover successful requests sent within W.
 
@@ -117,9 +119,9 @@ def _overlap_s(starts: FloatArray, ends: FloatArray, w: Window) -> float:
     return float(np.clip(hi - lo, 0, None).sum()) / NS
 
 
-def _peak_in_flight(records: Sequence[RequestRecord]) -> int:
-    events = sorted([(r.sent_ns, 1) for r in records] + [(r.end_ns, -1) for r in records],
-                    key=lambda e: (e[0], e[1]))
+def _peak_overlap(intervals: list[tuple[int, int]]) -> int:
+    """Most intervals open at one instant (an interval ending when another starts does not overlap)."""
+    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
     peak = cur = 0
     for _, delta in events:
         cur += delta
@@ -233,7 +235,9 @@ def compute_level(
         request_throughput=done_in_window / length if length > 0 else 0.0,
         achieved_concurrency=_overlap_s(starts, ends, w) / length if length > 0 else 0.0,
         decoding_concurrency=_overlap_s(d_starts, d_ends, w) / length if length > 0 else 0.0,
-        peak_in_flight=_peak_in_flight(measured),
+        peak_in_flight=_peak_overlap([(r.sent_ns, r.end_ns) for r in measured]),
+        peak_decoding=_peak_overlap([(r.first_token_ns, r.end_ns) for r in decoding
+                                     if r.first_token_ns is not None]),
         ttft_ms=summarize(ttft),
         tpot_ms=summarize(tpot),
         itl_ms=summarize(itl_values, itl_weights) if itl_values.size else summarize([]),

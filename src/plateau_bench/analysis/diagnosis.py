@@ -1,0 +1,302 @@
+"""Why throughput stopped growing: a verdict with evidence, a confidence and what to try next.
+
+The verdict is a pure function of the saved levels (client-side metrics, plus the server's
+``/metrics`` summary and the load generator's health when they were recorded). It checks the
+signatures below in order, because an earlier one makes the later figures meaningless:
+
+1. **Load generator**: in-flight requests below the requested concurrency while the client's
+   CPU is near one core or its event loop lags. Every other number is then wrong, so it comes first.
+2. **Errors / rate limiting**: failures (429/503/timeouts) grow with load.
+3. **Admission cap** (max-num-seqs, max-running-requests, --parallel): the most requests past
+   their first token at one instant (``peak_decoding``) stays at one value N while concurrency
+   grows past it; TTFT grows with C - N (queueing) while TPOT stays flat; in burst mode the end-to-end
+   latencies and the wall time come in whole waves. The server's ``running`` == N and ``waiting`` > 0
+   confirm it, and a stated cap (llama.cpp ``total_slots``) makes it exact.
+4. **KV-cache capacity**: fewer requests decode than the cap allows and their number swings (time
+   average well below the peak), preemptions rise, KV usage near 100 %, ITL spikes from recomputation.
+5. **Compute / bandwidth saturation**: decoding concurrency keeps rising with C but TPOT rises in
+   proportion, so batch / TPOT (throughput) flattens.
+6. **Not saturated yet**: throughput still grows.
+
+What-if for a cap: TPOT is fitted against the decoding batch on the levels below the cap
+(``TPOT = t0 + a * batch``, least squares), and the throughput with the cap doubled is the measured
+plateau scaled by ``(2N / TPOT(2N)) / (N / TPOT(N))``: ratios cancel the prefill share that the
+simple fit does not model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from plateau_bench.analysis.plateau import Knee, Plateau, Point, find_knee, find_plateau
+from plateau_bench.records import LevelResult
+
+ENGINE_FLAGS: dict[str, dict[str, str]] = {
+    "vllm": {"cap": "vllm serve --max-num-seqs {n}", "batch": "--max-num-batched-tokens",
+             "kv": "--gpu-memory-utilization (more KV blocks) or a smaller --max-model-len"},
+    "sglang": {"cap": "--max-running-requests {n}", "batch": "--num-continuous-decode-steps, CUDA graphs",
+               "kv": "--mem-fraction-static (more KV pool)"},
+    "llamacpp": {"cap": "llama-server --parallel {n} (and raise --ctx-size: it is split across slots)",
+                 "batch": "-b/-ub batch sizes", "kv": "--ctx-size (split across --parallel slots)"},
+    "tgi": {"cap": "--max-concurrent-requests / --max-batch-total-tokens",
+            "batch": "--max-batch-prefill-tokens", "kv": "--max-batch-total-tokens"},
+}
+GENERIC_CAP = ("the server's running-request cap: vLLM --max-num-seqs {n}, SGLang --max-running-requests {n}, "
+               "llama.cpp --parallel {n}, TGI --max-concurrent-requests")
+
+
+@dataclass
+class Verdict:
+    constraint: str          # load_generator | errors | admission_cap | kv_capacity | compute | not_saturated
+    headline: str
+    confidence: str          # high | medium | low
+    evidence: list[str] = field(default_factory=list)
+    what_if: list[str] = field(default_factory=list)
+    suggestions: list[str] = field(default_factory=list)
+    estimated_cap: int | None = None
+    predicted_throughput_doubled_cap: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _ms(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v / 1000:.1f} s" if v >= 10_000 else f"{v:.0f} ms"
+
+
+def _c(level: LevelResult) -> int:
+    return level.concurrency or 0
+
+
+def _levels(levels: Sequence[LevelResult]) -> list[LevelResult]:
+    by_c: dict[int, LevelResult] = {}
+    for lv in levels:
+        if lv.concurrency and lv.completed > 0:
+            by_c[lv.concurrency] = lv
+    return [by_c[c] for c in sorted(by_c)]
+
+
+def _load_generator(levels: list[LevelResult]) -> Verdict | None:
+    for lv in levels:
+        cpu = lv.client.get("cpu_pct_max")
+        lag = lv.client.get("loop_lag_ms_p99")
+        starved = (cpu is not None and cpu >= 90.0) or (lag is not None and lag >= 50.0)
+        short = lv.mode != "rate" and _c(lv) > 0 and lv.achieved_concurrency < 0.85 * _c(lv)
+        server_idle = lv.telemetry.get("waiting_mean", 0.0) < 0.5
+        if starved and short and server_idle:
+            ev = [f"at C={_c(lv)} only {lv.achieved_concurrency:.1f} requests were in flight on average"]
+            if cpu is not None:
+                ev.append(f"load generator CPU peaked at {cpu:.0f} % of one core")
+            if lag is not None:
+                ev.append(f"event-loop lag p99 {lag:.0f} ms")
+            if "waiting_mean" in lv.telemetry:
+                ev.append(f"server waiting queue {lv.telemetry['waiting_mean']:.1f} on average: it had spare room")
+            return Verdict(
+                "load_generator", f"load generator bound from C={_c(lv)}: the client, not the server, is the limit",
+                "high" if cpu is not None and lag is not None else "medium", ev,
+                suggestions=["run the load from a faster or less busy machine, or spread it over several",
+                             "every figure at and above this level understates the server"],
+            )
+    return None
+
+
+def _errors(levels: list[LevelResult]) -> Verdict | None:
+    bad = [lv for lv in levels if lv.num_requests and lv.failed / lv.num_requests >= 0.05]
+    if not bad:
+        return None
+    first = bad[0]
+    worst = max(bad, key=lambda lv: lv.failed / lv.num_requests)
+    ev = [f"from C={_c(first)}: {first.failed}/{first.num_requests} requests failed "
+          f"(mostly {first.dominant_error})",
+          f"worst at C={_c(worst)}: {worst.failed / worst.num_requests:.0%} failed"]
+    ok_below = [lv for lv in levels if _c(lv) < _c(first)]
+    if ok_below:
+        ev.append(f"no failures up to C={_c(ok_below[-1])}")
+    rate_limited = any(k in ("http_429", "http_5xx") for lv in bad for k in lv.errors)
+    return Verdict(
+        "errors", f"errors / rate limiting from C={_c(first)}" + (" (429/5xx)" if rate_limited else ""),
+        "high" if len(bad) >= 2 or rate_limited else "medium", ev,
+        suggestions=["raise the server's queue or rate limits, or keep concurrency below "
+                     f"C={_c(first)}", "check the server log for the rejected requests"],
+    )
+
+
+def _fit_tpot(levels: list[LevelResult], below: float) -> tuple[float, float] | None:
+    pts = [(lv.decoding_concurrency, lv.tpot_ms.mean) for lv in levels
+           if lv.tpot_ms.mean is not None and lv.decoding_concurrency < below * 0.98]
+    if len(pts) < 2 or len({round(b, 1) for b, _ in pts}) < 2:
+        return None
+    b = np.array([p[0] for p in pts])
+    t = np.array([p[1] for p in pts])
+    slope, intercept = np.polyfit(b, t, 1)
+    return float(intercept), float(max(slope, 0.0))
+
+
+def _waves(levels: list[LevelResult], cap: int) -> str | None:
+    burst = [lv for lv in levels if lv.mode == "burst" and _c(lv) >= cap]
+    if len(burst) < 2:
+        return None
+    base = burst[0].wall_s / max(1, round(_c(burst[0]) / cap))
+    ratios = [lv.wall_s / base for lv in burst]
+    if all(abs(r - round(r)) < 0.15 for r in ratios):
+        waves = ", ".join(str(round(r)) for r in ratios)
+        return f"burst mode: wall times are {waves} waves of {base:.1f} s"
+    return None
+
+
+def _admission_cap(levels: list[LevelResult], plateau: Plateau, engine: str | None) -> Verdict | None:
+    top = [lv for lv in levels if _c(lv) >= plateau.concurrency]
+    if len(top) < 2:
+        return None
+    stated = next((int(lv.telemetry["cap"]) for lv in top if lv.telemetry.get("cap")), None)
+    peaks = [lv.peak_decoding for lv in top]
+    cap = stated or max(peaks)
+    pinned = [lv for lv in top if _c(lv) > cap * 1.05]
+    if not pinned or cap <= 0:
+        return None
+    if max(peaks) > cap or min(peaks) < 0.9 * cap:
+        return None
+    # KV-bound servers also pin their running count; a cap keeps the decoding batch near its peak.
+    fill = [lv.decoding_concurrency / cap for lv in pinned]
+    if min(fill) < 0.8:
+        return None
+    first, last = top[0], top[-1]
+    ev = [f"most requests decoding at once: {cap} at every level from C={_c(first)} to C={_c(last)} "
+          f"(time-average {first.decoding_concurrency:.1f} -> {last.decoding_concurrency:.1f})"]
+    t0, t1 = first.ttft_ms.p50, last.ttft_ms.p50
+    ev.append(f"TTFT p50 grew {_ms(t0)} -> {_ms(t1)} (queueing) while TPOT stayed "
+              f"{_ms(first.tpot_ms.mean)} -> {_ms(last.tpot_ms.mean)}")
+    running_max = [lv.telemetry["running_max"] for lv in top if "running_max" in lv.telemetry]
+    waiting = [lv.telemetry["waiting_mean"] for lv in pinned if "waiting_mean" in lv.telemetry]
+    server_agrees = bool(running_max) and all(abs(r - cap) <= max(1.0, 0.02 * cap) for r in running_max)
+    if running_max:
+        ev.append(f"server: running max {max(running_max):.0f}, waiting "
+                  f"{max(waiting or [0.0]):.0f} on average at C={_c(last)} (/metrics)")
+    if stated:
+        ev.append(f"the server states its cap: {stated}")
+    waves = _waves(levels, cap)
+    if waves:
+        ev.append(waves)
+    tpot_flat = (first.tpot_ms.mean or 0) > 0 and (last.tpot_ms.mean or 0) / (first.tpot_ms.mean or 1) < 1.25
+    confidence = "high" if (server_agrees or stated or (len(pinned) >= 2 and tpot_flat)) else "medium"
+    verdict = Verdict("admission_cap", f"admission cap at {cap} running requests", confidence, ev,
+                      estimated_cap=cap)
+    fit = _fit_tpot(levels, cap)
+    if fit:
+        intercept, slope = fit
+        tpot_n = intercept + slope * cap
+        tpot_2n = intercept + slope * 2 * cap
+        if tpot_n > 0:
+            gain = (2 * cap / tpot_2n) / (cap / tpot_n)
+            predicted = plateau.throughput * gain
+            verdict.predicted_throughput_doubled_cap = predicted
+            verdict.what_if.append(
+                f"raising the cap to {2 * cap} would give ~{predicted:,.0f} tok/s ({gain - 1:+.0%}) at "
+                f"~{tpot_2n / tpot_n:.1f}x the per-token latency (from the TPOT-vs-batch slope measured "
+                f"below the cap: {intercept:.1f} ms + {slope:.3f} ms per sequence)")
+    kv = [lv.telemetry["kv_usage_max"] for lv in top if "kv_usage_max" in lv.telemetry]
+    flags = ENGINE_FLAGS.get(engine or "")
+    try_cap = flags["cap"].format(n=2 * cap) if flags else GENERIC_CAP.format(n=2 * cap)
+    headroom = f" (check KV headroom: KV usage peaked at {max(kv or [0]):.2f})" if kv else \
+        " (check the KV cache has room for twice the sequences)"
+    verdict.suggestions.append(f"try {try_cap}{headroom}")
+    return verdict
+
+
+def _kv_capacity(levels: list[LevelResult], plateau: Plateau, engine: str | None) -> Verdict | None:
+    top = [lv for lv in levels if _c(lv) >= plateau.concurrency]
+    if not top:
+        return None
+    preempt = sum(lv.telemetry.get("preemptions_delta", 0.0) for lv in top)
+    kv_max = max((lv.telemetry.get("kv_usage_max", 0.0) for lv in top), default=0.0)
+    swing = [lv.decoding_concurrency / lv.peak_decoding for lv in top if lv.peak_decoding]
+    spikes = [(lv.itl_ms.max or 0) / lv.itl_ms.p50 for lv in top if lv.itl_ms.p50]
+    client_sig = bool(swing) and min(swing) < 0.8 and bool(spikes) and max(spikes) > 5
+    server_sig = preempt > 0 or kv_max >= 0.95
+    if not (client_sig or server_sig):
+        return None
+    ev = []
+    if swing:
+        lv = top[-1]
+        ev.append(f"decoding batch swings: time-average {lv.decoding_concurrency:.1f} against a peak of "
+                  f"{lv.peak_decoding} at C={_c(lv)} (the running count falls as sequences grow)")
+    if spikes:
+        ev.append(f"ITL max reaches {max(spikes):.0f}x its median (recomputation after preemption)")
+    if preempt > 0:
+        ev.append(f"server: {preempt:.0f} preemptions during the plateau levels (/metrics)")
+    if kv_max > 0:
+        ev.append(f"server: KV-cache usage peaked at {kv_max:.0%}")
+    flags = ENGINE_FLAGS.get(engine or "")
+    return Verdict(
+        "kv_capacity", "KV-cache capacity: sequences outgrow the cache before the cap binds",
+        "high" if server_sig and client_sig else "medium", ev,
+        suggestions=[f"give the KV cache more memory: {flags['kv']}" if flags else
+                     "give the KV cache more memory (vLLM --gpu-memory-utilization, SGLang "
+                     "--mem-fraction-static, llama.cpp --ctx-size)",
+                     "shorter outputs or a smaller max model length free blocks"],
+    )
+
+
+def _compute(levels: list[LevelResult], plateau: Plateau, engine: str | None) -> Verdict:
+    top = [lv for lv in levels if _c(lv) >= plateau.concurrency]
+    first, last = top[0], top[-1]
+    batch_ratio = last.decoding_concurrency / max(first.decoding_concurrency, 1e-9)
+    tpot_ratio = (last.tpot_ms.mean or 0) / max(first.tpot_ms.mean or 0, 1e-9)
+    ev = [f"decoding concurrency kept rising: {first.decoding_concurrency:.0f} -> {last.decoding_concurrency:.0f} "
+          f"from C={_c(first)} to C={_c(last)}",
+          f"TPOT rose in proportion: {_ms(first.tpot_ms.mean)} -> {_ms(last.tpot_ms.mean)} "
+          f"({tpot_ratio:.1f}x for {batch_ratio:.1f}x the batch)",
+          f"throughput flat at ~{plateau.throughput:,.0f} tok/s"]
+    if any("waiting_mean" in lv.telemetry for lv in top):
+        ev.append(f"server waiting queue ~{last.telemetry.get('waiting_mean', 0):.1f}: requests are admitted")
+    proportional = batch_ratio > 1.3 and 0.6 < tpot_ratio / batch_ratio < 1.5
+    flags = ENGINE_FLAGS.get(engine or "")
+    return Verdict(
+        "compute", "compute / bandwidth saturation: larger batches only make each step slower",
+        "high" if proportional else "low", ev,
+        suggestions=["more or faster GPUs, more tensor/expert parallelism, or quantization",
+                     f"tune step efficiency: {flags['batch']}" if flags else
+                     "tune the engine's batching (CUDA graphs, batched tokens per step)"],
+    )
+
+
+def diagnose(levels: Sequence[LevelResult], *, engine: str | None = None, plateau_gain: float = 0.05,
+             plateau: Plateau | None = None, knee: Knee | None = None) -> Verdict:
+    """The verdict for a sweep's levels (see the module docstring for the signatures and their order)."""
+    lvls = _levels(levels)
+    if len(lvls) < 2:
+        return Verdict("insufficient_data", "one level is not enough to say why throughput stops growing",
+                       "low", [f"{len(lvls)} usable level(s)"],
+                       suggestions=["run a sweep: plateau sweep --url ..."])
+    for check in (_load_generator, _errors):
+        v = check(lvls)
+        if v:
+            return v
+    points = [Point(_c(lv), lv.output_throughput, lv.throughput_ci_rel) for lv in lvls]
+    plateau = plateau or find_plateau(points, plateau_gain)
+    if plateau is None:
+        last = lvls[-1]
+        prev = lvls[-2]
+        gain = last.output_throughput / max(prev.output_throughput, 1e-9) - 1
+        return Verdict(
+            "not_saturated", f"not saturated yet: throughput still grows at C={_c(last)}", "high",
+            [f"C={_c(prev)} -> C={_c(last)}: {prev.output_throughput:,.0f} -> {last.output_throughput:,.0f} tok/s "
+             f"({gain:+.0%})"],
+            suggestions=[f"keep going: plateau sweep --max-concurrency {_c(last) * 4}"],
+        )
+    knee = knee or find_knee(points, plateau)
+    for check_at in (_admission_cap, _kv_capacity):
+        v = check_at(lvls, plateau, engine)
+        if v:
+            v.evidence.insert(0, f"plateau ~{plateau.throughput:,.0f} tok/s from C={plateau.concurrency}, "
+                                 f"knee at C~{knee.concurrency:.0f}")
+            return v
+    v = _compute(lvls, plateau, engine)
+    v.evidence.insert(0, f"plateau ~{plateau.throughput:,.0f} tok/s from C={plateau.concurrency}, "
+                         f"knee at C~{knee.concurrency:.0f}")
+    return v

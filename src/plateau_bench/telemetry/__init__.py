@@ -1,0 +1,64 @@
+"""Server and GPU telemetry taken while a load level runs.
+
+* ``TelemetryScraper`` scrapes a server's Prometheus /metrics (vLLM, SGLang, llama.cpp, TGI) into
+  ``TelemetrySample``s with canonical quantities (``engines.CANONICAL``).
+* ``summarize`` reduces a level's samples to the flat dict stored on ``LevelResult.telemetry``.
+* ``open_nvml`` / ``GpuPoller`` read local GPUs when NVML is available.
+"""
+
+from plateau_bench.telemetry.engines import (
+    CANONICAL,
+    ENGINES,
+    EngineMap,
+    Quantity,
+    detect_engine,
+    extract,
+    info_values,
+    parse_exposition,
+)
+from plateau_bench.telemetry.gpu import NVML_UNAVAILABLE, GpuPoller, GpuReading, NvmlSampler, open_nvml
+from plateau_bench.telemetry.samples import SOURCE_GPU, SOURCE_SERVER, TelemetrySample, samples_from_lines
+from plateau_bench.telemetry.scraper import (
+    DEFAULT_INTERVAL_S,
+    TelemetryScraper,
+    default_metrics_url,
+    info_endpoints,
+)
+from plateau_bench.telemetry.summary import (
+    GaugeStats,
+    TelemetrySummary,
+    counter_delta,
+    gauge_stats,
+    summarize,
+    time_weighted_mean,
+)
+
+__all__ = [
+    "CANONICAL",
+    "DEFAULT_INTERVAL_S",
+    "ENGINES",
+    "NVML_UNAVAILABLE",
+    "SOURCE_GPU",
+    "SOURCE_SERVER",
+    "EngineMap",
+    "GaugeStats",
+    "GpuPoller",
+    "GpuReading",
+    "NvmlSampler",
+    "Quantity",
+    "TelemetrySample",
+    "TelemetryScraper",
+    "TelemetrySummary",
+    "counter_delta",
+    "default_metrics_url",
+    "detect_engine",
+    "extract",
+    "gauge_stats",
+    "info_endpoints",
+    "info_values",
+    "open_nvml",
+    "parse_exposition",
+    "samples_from_lines",
+    "summarize",
+    "time_weighted_mean",
+]

@@ -1,0 +1,82 @@
+"""Fixtures that run real third-party inference servers (vLLM CPU build, llama.cpp) on 127.0.0.1.
+
+The servers must have been provisioned first (``scripts/provision.sh``, run by ``.ci/provision``): it
+installs them and generates their random-weight models under ``$PLATEAU_CACHE`` (default
+``~/.cache/plateau-bench``). A server that is not provisioned makes every test using its fixture FAIL
+with the provisioning log's tail; nothing is skipped silently.
+
+Fixtures (session scope: each server starts once per test run and is stopped at the end):
+
+``vllm_server`` -> ServerHandle
+    ``vllm serve`` of a tiny random LlamaForCausalLM (2 layers, hidden 128) with ``--max-num-seqs 4``
+    and ``--max-model-len 2048``. Startup ~130 s. Exposes vllm:num_requests_running/waiting etc. on
+    /metrics.
+``llamacpp_server`` -> ServerHandle
+    ``llama-server`` with ``--parallel 4 -c 8192`` on the "mid" GGUF (8 layers, hidden 512: big enough
+    that batching 4 slots pays). Startup ~1 s. Exposes llamacpp:requests_processing etc. on /metrics,
+    plus /slots and /props.
+
+ServerHandle (plateau_bench.testing.real_servers) attributes:
+    url             base URL, e.g. "http://127.0.0.1:41234"; OpenAI API under /v1
+    model           served model name to put in requests ("tiny" for both servers)
+    tokenizer_dir   vLLM: local Hugging Face tokenizer dir (for ``--tokenizer``); llama.cpp: None
+    model_path      the model directory / GGUF file being served
+    vllm_executable vLLM: the venv's ``vllm`` command; llama.cpp: None
+    pid, port, log_path, kind ("vllm" | "llamacpp"), extra (e.g. {"max_num_seqs": 4})
+    log_tail(lines) last lines of the server's log, for assertion messages
+
+Both servers honour ``max_tokens`` exactly with ``"ignore_eos": true`` and report token counts in
+``usage`` (ask with ``"stream_options": {"include_usage": true}`` when streaming); vLLM may merge
+several tokens into one text chunk, so count tokens from ``usage``.
+
+Other configurations: call ``real_servers.start_vllm(max_num_seqs, port=None)`` or
+``real_servers.start_llamacpp(parallel, port=None, model="tiny"|"mid", ctx=8192)`` directly and
+``handle.stop()`` in a ``finally``; a free high port is picked when none is given.
+
+Cross-checks against vLLM's own benchmark: ``run_vllm_bench(args)`` (fixture) or
+``real_servers.vllm_bench_serve(handle, args)`` runs ``vllm bench serve`` from the vLLM venv with the
+base URL, model and local tokenizer filled in, and returns the CompletedProcess.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+
+import pytest
+
+from plateau_bench.testing import real_servers
+from plateau_bench.testing.real_servers import ProvisioningError, ServerHandle
+
+VLLM_MAX_NUM_SEQS = 4
+LLAMACPP_PARALLEL = 4
+LLAMACPP_MODEL = "mid"
+
+
+def _started(start: Callable[[], ServerHandle]) -> Iterator[ServerHandle]:
+    try:
+        handle = start()
+    except ProvisioningError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        yield handle
+    finally:
+        handle.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_server() -> Iterator[ServerHandle]:
+    yield from _started(lambda: real_servers.start_vllm(max_num_seqs=VLLM_MAX_NUM_SEQS))
+
+
+@pytest.fixture(scope="session")
+def llamacpp_server() -> Iterator[ServerHandle]:
+    yield from _started(lambda: real_servers.start_llamacpp(parallel=LLAMACPP_PARALLEL, model=LLAMACPP_MODEL))
+
+
+@pytest.fixture
+def run_vllm_bench(vllm_server: ServerHandle) -> Callable[[Sequence[str]], subprocess.CompletedProcess[str]]:
+    def run(args: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        return real_servers.vllm_bench_serve(vllm_server, args)
+
+    return run

@@ -111,6 +111,14 @@ def point_of(level: LevelResult) -> Point:
     )
 
 
+def search_config_of(spec: dict[str, Any]) -> SearchConfig:
+    """The search settings saved in a result's spec (defaults where absent)."""
+    saved = (spec.get("sweep") or {}).get("search") or {}
+    known = {k: saved[k] for k in ("start", "max_concurrency", "plateau_gain", "knee_fraction", "refine_steps")
+             if k in saved}
+    return SearchConfig(**known)
+
+
 def plateau_and_knee(
     levels: Sequence[LevelResult], search: SearchConfig
 ) -> tuple[Plateau | None, Knee | None]:

@@ -1,0 +1,82 @@
+"""Flags shared by ``run`` and ``sweep`` (and their conversion into validated specs)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from plateau_bench.errors import ConfigError
+from plateau_bench.spec import TargetSpec, WorkloadSpec, parse_duration
+
+TARGET = "Target"
+WORKLOAD = "Workload"
+OUTPUT = "Output"
+TWIN = "Embedded twin (no --url)"
+
+Url = Annotated[str | None, typer.Option("--url", help="OpenAI-compatible base URL. Omit to start the "
+                                         "embedded simulated engine.", rich_help_panel=TARGET)]
+Model = Annotated[str | None, typer.Option("--model", help="Model name (default: the first one /v1/models "
+                                           "lists).", rich_help_panel=TARGET)]
+Endpoint = Annotated[str, typer.Option("--endpoint", help="completions | chat", rich_help_panel=TARGET)]
+ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True,
+                                            help="Bearer token; never written to output or results.",
+                                            rich_help_panel=TARGET)]
+Headers = Annotated[list[str] | None, typer.Option("--header", help="Extra HTTP header K:V (repeatable).",
+                                                   rich_help_panel=TARGET)]
+Timeout = Annotated[str, typer.Option("--timeout", help="Per-request timeout, e.g. 600s.",
+                                      rich_help_panel=TARGET)]
+WaitReady = Annotated[str | None, typer.Option("--wait-ready", help="Wait up to this long for the server to "
+                                               "become ready, e.g. 5m.", rich_help_panel=TARGET)]
+MetricsUrl = Annotated[str | None, typer.Option("--metrics-url", help="Prometheus /metrics URL (default: "
+                                                "the target's).", rich_help_panel=TARGET)]
+NoMetrics = Annotated[bool, typer.Option("--no-metrics", help="Do not scrape /metrics (client-only "
+                                         "diagnosis).", rich_help_panel=TARGET)]
+InputLen = Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.", rich_help_panel=WORKLOAD)]
+OutputLen = Annotated[int, typer.Option("--output-len", help="Output tokens per request (max_tokens, "
+                                        "ignore_eos).", rich_help_panel=WORKLOAD)]
+RangeRatio = Annotated[float, typer.Option("--range-ratio", help="Spread lengths uniformly in "
+                                           "len*(1±r).", rich_help_panel=WORKLOAD)]
+Dataset = Annotated[Path | None, typer.Option("--dataset", help="JSONL of prompts or ShareGPT JSON.",
+                                              rich_help_panel=WORKLOAD)]
+Seed = Annotated[int, typer.Option("--seed", help="Same seed, same prompts.", rich_help_panel=WORKLOAD)]
+Tokenizer = Annotated[str | None, typer.Option("--tokenizer", help="Local Hugging Face tokenizer dir or "
+                                               "tokenizer.json (exact prompt lengths).", rich_help_panel=WORKLOAD)]
+Out = Annotated[Path | None, typer.Option("--out", help="Result directory (result.json, requests.jsonl, "
+                                          "telemetry.jsonl).", rich_help_panel=OUTPUT)]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No live view.", rich_help_panel=OUTPUT)]
+Json = Annotated[bool, typer.Option("--json", help="Print the machine summary (JSON) only.",
+                                    rich_help_panel=OUTPUT)]
+Preset = Annotated[str, typer.Option("--preset", help="Twin preset when no --url is given.", rich_help_panel=TWIN)]
+SimSpeed = Annotated[float, typer.Option("--sim-speed", help="Twin clock speed-up when no --url is given.",
+                                         rich_help_panel=TWIN)]
+
+
+def target_spec(url: str, model: str | None, endpoint: str, api_key: str | None, headers: list[str] | None,
+                timeout: str) -> TargetSpec:
+    if endpoint not in ("completions", "chat"):
+        raise ConfigError(f"--endpoint must be 'completions' or 'chat' (got {endpoint!r})")
+    if not url.startswith(("http://", "https://")):
+        raise ConfigError(f"--url must start with http:// or https:// (got {url!r})")
+    parsed: dict[str, str] = {}
+    for h in headers or []:
+        key, sep, value = h.partition(":")
+        if not sep or not key.strip():
+            raise ConfigError(f"--header must look like Name:value (got {h!r})")
+        parsed[key.strip()] = value.strip()
+    return TargetSpec(url=url.rstrip("/"), model=model, endpoint=endpoint,  # type: ignore[arg-type]
+                      api_key=api_key or None, headers=parsed, timeout_s=parse_duration(timeout))
+
+
+def workload_spec(input_len: int, output_len: int, range_ratio: float, dataset: Path | None, seed: int,
+                  tokenizer: str | None) -> WorkloadSpec:
+    if dataset is not None and not os.access(dataset, os.R_OK):
+        raise ConfigError(f"cannot read dataset {dataset}")
+    if tokenizer is not None and not Path(tokenizer).exists():
+        raise ConfigError(f"--tokenizer {tokenizer}: no such file or directory")
+    spec = WorkloadSpec(input_len=input_len, output_len=output_len, range_ratio=range_ratio,
+                        dataset=str(dataset) if dataset else None, seed=seed, tokenizer=tokenizer)
+    spec.validate()
+    return spec

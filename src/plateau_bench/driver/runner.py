@@ -1,0 +1,155 @@
+"""One load level over real HTTP: client, load loop, telemetry and client health together.
+
+``HttpLevelRunner`` is the sweep's ``LevelRunner`` for a real endpoint. Per level it opens a client
+whose connection pool matches the level's concurrency, starts the ``/metrics`` scraper and the
+load generator's health sampler, runs the load loop, and, for steady levels, stops the loop as
+soon as the throughput estimate is precise enough (``analysis.convergence``). Every finished
+request is handed to ``on_record`` at once (the result writer streams it to disk).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from plateau_bench.analysis.convergence import PrecisionRule
+from plateau_bench.analysis.metrics import compute_level, full_window, steady_window
+from plateau_bench.driver.client import StreamingClient
+from plateau_bench.driver.health import HealthSampler
+from plateau_bench.driver.load import run_level
+from plateau_bench.records import RequestRecord
+from plateau_bench.report.live import LevelProgress
+from plateau_bench.spec import LevelSpec, TargetSpec
+from plateau_bench.sweep import LevelOutcome
+from plateau_bench.telemetry.scraper import TelemetryScraper
+from plateau_bench.telemetry.summary import summarize as summarize_telemetry
+from plateau_bench.workload.prompts import Prompt
+
+_MONITOR_S = 0.5
+
+
+class _TrackingSender:
+    """Wraps the client to know which requests are in flight (for the convergence window)."""
+
+    def __init__(self, client: StreamingClient, progress: LevelProgress | None) -> None:
+        self.client = client
+        self.progress = progress
+        self.in_flight: dict[int, int] = {}
+
+    async def send(self, *, index: int, prompt: str, prompt_tokens: int, max_tokens: int, scheduled_ns: int,
+                   worker: int = -1, warmup: bool = False) -> RequestRecord:
+        self.in_flight[index] = time.monotonic_ns() - self.client.t0_ns
+        if self.progress is not None:
+            self.progress.in_flight = len(self.in_flight)
+        try:
+            return await self.client.send(index=index, prompt=prompt, prompt_tokens=prompt_tokens,
+                                          max_tokens=max_tokens, scheduled_ns=scheduled_ns, worker=worker,
+                                          warmup=warmup)
+        finally:
+            self.in_flight.pop(index, None)
+            if self.progress is not None:
+                self.progress.in_flight = len(self.in_flight)
+
+    def complete_until_ns(self) -> int:
+        now = time.monotonic_ns() - self.client.t0_ns
+        return min(self.in_flight.values(), default=now)
+
+
+class HttpLevelRunner:
+    def __init__(
+        self,
+        target: TargetSpec,
+        prompts: list[Prompt],
+        *,
+        metrics_url: str | None,
+        metrics_required: bool = False,
+        count_tokens: Callable[[str], int] | None = None,
+        progress: Callable[[], LevelProgress | None] = lambda: None,
+        slow_client: float = 0.0,
+    ) -> None:
+        self.target = target
+        self.prompts = prompts
+        self.metrics_url = metrics_url
+        self.metrics_required = metrics_required
+        self.count_tokens = count_tokens
+        self.progress = progress
+        self.slow_client = slow_client
+        self.engine: str | None = None
+
+    async def run_level(
+        self,
+        level: LevelSpec,
+        *,
+        label: str,
+        on_record: Callable[[RequestRecord], None] | None,
+        precision: PrecisionRule | None,
+    ) -> LevelOutcome:
+        progress = self.progress()
+        if progress is not None and precision is not None:
+            progress.precision = precision.precision
+        width = level.concurrency or level.max_concurrency or 256
+        t0 = time.monotonic_ns()
+        records: list[RequestRecord] = []
+
+        def collect(r: RequestRecord) -> None:
+            records.append(r)
+            if progress is not None:
+                progress.record(r)
+            if on_record:
+                on_record(r)
+
+        stop = asyncio.Event()
+        scraper = (TelemetryScraper(self.metrics_url, t0_ns=t0) if self.metrics_url else None)
+        health = HealthSampler(busy_fraction=self.slow_client)
+        async with StreamingClient(self.target, concurrency=width, t0_ns=t0,
+                                   count_tokens=self.count_tokens) as client:
+            sender = _TrackingSender(client, progress)
+            if scraper is not None:
+                await scraper.start(wait_first=True)
+                if self.metrics_required:
+                    scraper.raise_if_unavailable()
+                self.engine = scraper.engine or self.engine
+            health.start()
+            monitor = asyncio.create_task(self._monitor(level, precision, records, sender, scraper, progress,
+                                                        stop, t0))
+            try:
+                await run_level(sender, self.prompts, level, t0_ns=t0, on_record=collect, stop=stop)
+            finally:
+                monitor.cancel()
+                health_samples = await health.stop()
+                samples = await scraper.stop() if scraper is not None else []
+        mode = level.mode
+        window = steady_window(records) if mode == "steady" else full_window(records)
+        result = compute_level(records, label=label, mode=mode, concurrency=level.concurrency, rate=level.rate,
+                               window=window)
+        telemetry_lines: list[dict[str, Any]] = []
+        if samples:
+            summary = summarize_telemetry(samples, window.start_ns, window.end_ns)
+            result.telemetry = dict(summary.values)
+            if summary.engine:
+                result.extra["engine"] = summary.engine
+            telemetry_lines = [s.to_line() for s in samples]
+        result.client = health.summary(window.start_ns + t0, window.end_ns + t0)
+        telemetry_lines.extend(health_samples)
+        return LevelOutcome(result, records, telemetry_lines)
+
+    async def _monitor(self, level: LevelSpec, precision: PrecisionRule | None, records: list[RequestRecord],
+                       sender: _TrackingSender, scraper: TelemetryScraper | None,
+                       progress: LevelProgress | None, stop: asyncio.Event, t0: int) -> None:
+        while not stop.is_set():
+            await asyncio.sleep(_MONITOR_S)
+            elapsed = (time.monotonic_ns() - t0) / 1e9
+            if progress is not None and scraper is not None and scraper.samples:
+                last = scraper.samples[-1]
+                progress.server_running = last.get("running")
+                progress.server_waiting = last.get("waiting")
+            if precision is None or level.mode != "steady":
+                continue
+            workers = level.concurrency or 1
+            complete = sender.complete_until_ns()
+            if progress is not None:
+                progress.ci_rel = precision.ci_rel(records, workers=workers, complete_until_ns=complete)
+            if precision.done(records, elapsed_s=elapsed, workers=workers, complete_until_ns=complete):
+                stop.set()

@@ -1,0 +1,319 @@
+"""The HTML report: one self-contained file that opens offline.
+
+Everything is inlined: the stylesheet, and the plots as SVG drawn by matplotlib (see ``plots``).
+There is no script and no external reference of any kind (fonts are the system's), so the page
+makes no network request and can be attached to a ticket or a pull request as it is.
+
+The page presents what the analysis computed and recomputes no metric: level figures come from
+``result.json`` levels, the plateau, knee and verdict from the sweep's summary when present, and
+the time series from ``analysis.timeseries`` over the saved request records and telemetry
+samples (downsampled, which keeps a 10-level sweep far below a few megabytes).
+
+Sections: verdict and headline figures, throughput vs concurrency, latency vs concurrency, the
+throughput-latency frontier, the table of levels, each level over time, and the spec and
+environment of each run. Several runs are overlaid (one colour per run, named by directory);
+when their workloads differ, the difference is stated at the top of the page.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from plateau_bench.analysis.timeseries import level_series
+from plateau_bench.errors import ConfigError
+from plateau_bench.records import LevelResult
+from plateau_bench.report import plots
+from plateau_bench.report.results import load_requests, load_telemetry
+from plateau_bench.report.tables import COLUMNS, ReportRun, format_cell, load_runs
+
+_esc = html.escape
+
+# The HTML table: the export columns, "ok" and "failed" merged, headers on two lines to fit the page.
+_HTML_COLUMNS = (
+    ("level", "level"), ("mode", "mode"), ("concurrency", "C"), ("ok", "ok"),
+    ("output_tok_s", "output<br>tok/s"), ("total_tok_s", "total<br>tok/s"), ("peak_output_tok_s", "peak<br>tok/s"),
+    ("achieved_concurrency", "achieved<br>conc."), ("decoding_concurrency", "decoding<br>conc."),
+    ("ttft_p50_ms", "TTFT<br>p50 ms"), ("ttft_p99_ms", "TTFT<br>p99 ms"), ("tpot_mean_ms", "TPOT<br>mean ms"),
+    ("tpot_p99_ms", "TPOT<br>p99 ms"), ("e2e_p50_ms", "E2E<br>p50 ms"), ("e2e_p99_ms", "E2E<br>p99 ms"),
+    ("wall_s", "wall<br>s"),
+)
+_BY_NAME = {name: (get, decimals) for name, get, decimals in COLUMNS}
+
+CSS = """
+:root { --ink:#2d3748; --muted:#718096; --line:#e2e8f0; --soft:#f7fafc; --accent:#1f5fa8; }
+* { box-sizing: border-box; }
+body { margin:0; background:#fff; color:var(--ink);
+  font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
+main { max-width: 1180px; margin: 0 auto; padding: 28px 28px 60px; }
+h1 { font-size: 24px; margin: 0 0 4px; letter-spacing: -0.01em; }
+h2 { font-size: 18px; margin: 36px 0 8px; padding-top: 12px; border-top: 1px solid var(--line); }
+h3 { font-size: 15px; margin: 20px 0 6px; }
+p, li { max-width: 80ch; }
+.sub { color: var(--muted); margin: 0 0 18px; }
+.note { background: #fffaf0; border-left: 3px solid #d9822b; padding: 8px 14px; margin: 14px 0; }
+.cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 14px 0; }
+.card { border: 1px solid var(--line); border-radius: 8px; padding: 10px 14px; min-width: 170px;
+  background: var(--soft); }
+.card .k { color: var(--muted); font-size: 12px; text-transform: uppercase; letter-spacing: .04em; }
+.card .v { font-size: 20px; font-weight: 600; font-variant-numeric: tabular-nums; }
+.card .d { color: var(--muted); font-size: 13px; }
+.verdict { border: 1px solid var(--line); border-left: 4px solid var(--accent); border-radius: 6px;
+  padding: 12px 18px; margin: 14px 0; }
+.verdict .headline { font-size: 17px; font-weight: 600; margin: 0 0 6px; }
+.badge { display: inline-block; font-size: 12px; padding: 1px 8px; border-radius: 10px; background: #ebf4ff;
+  color: var(--accent); margin-right: 6px; }
+.verdict ul { margin: 4px 0 8px; padding-left: 20px; }
+.verdict h4 { margin: 10px 0 2px; font-size: 13px; color: var(--muted); text-transform: uppercase;
+  letter-spacing: .04em; }
+figure { margin: 12px 0 4px; }
+figure h4 { margin: 18px 0 0; font-size: 14px; font-weight: 600; }
+svg.plot { width: 100%; height: auto; display: block; }
+figcaption { color: var(--muted); font-size: 13px; }
+.tablewrap { overflow-x: auto; border: 1px solid var(--line); border-radius: 6px; }
+table { border-collapse: collapse; width: 100%; font-size: 13px; font-variant-numeric: tabular-nums; }
+th, td { padding: 4px 8px; border-bottom: 1px solid var(--line); white-space: nowrap; }
+th { background: var(--soft); text-align: right; font-weight: 600; vertical-align: bottom; line-height: 1.25; }
+td { text-align: right; }
+th.t, td.t { text-align: left; }
+tr.failed td { color: #c0392b; }
+.tag { font-size: 11px; padding: 0 6px; border-radius: 8px; background: #fdf2e9; color: #b9651f; }
+pre { background: var(--soft); border: 1px solid var(--line); border-radius: 6px; padding: 10px 14px;
+  font: 12.5px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; overflow-x: auto; }
+.swatch { display:inline-block; width:10px; height:10px; border-radius:2px; margin-right:6px; }
+footer { margin-top: 40px; color: var(--muted); font-size: 12px; }
+"""
+
+
+def _fmt(value: Any, decimals: int = 0) -> str:
+    return format_cell(value, decimals)
+
+
+def _list(items: Any) -> str:
+    if not isinstance(items, list) or not items:
+        return ""
+    return "<ul>" + "".join(f"<li>{_esc(str(i))}</li>" for i in items) + "</ul>"
+
+
+def _run_title(run: ReportRun, index: int, several: bool) -> str:
+    swatch = f'<span class="swatch" style="background:{plots.color(index)}"></span>' if several else ""
+    return f"{swatch}{_esc(run.name)}"
+
+
+def _cards(run: ReportRun) -> str:
+    cards: list[tuple[str, str, str]] = []
+    plateau, knee = run.marker("plateau"), run.marker("knee")
+    if plateau and isinstance(plateau.get("throughput"), int | float):
+        reached = plateau.get("reached", True)
+        where = f"at C={_fmt(plateau.get('concurrency'))}" if plateau.get("concurrency") is not None else ""
+        cards.append(("plateau", f"{_fmt(plateau['throughput'])} tok/s",
+                      where + ("" if reached else " · not reached (highest so far)")))
+    if knee and knee.get("concurrency") is not None:
+        bracket = knee.get("bracket")
+        detail = (f"between C={_fmt(bracket[0])} and C={_fmt(bracket[1])}"
+                  if isinstance(bracket, list) and len(bracket) == 2 else "")
+        cards.append(("knee", f"C={_fmt(knee['concurrency'])}", detail))
+    if run.levels:
+        best = max(run.levels, key=lambda lv: lv.output_throughput)
+        where = f"C={_fmt(best.concurrency)}" if best.concurrency is not None else best.label
+        cards.append(("highest level", f"{_fmt(best.output_throughput)} tok/s", f"{where} · {best.mode}"))
+    slo = run.summary.get("slo")
+    if isinstance(slo, dict) and slo.get("max_concurrency") is not None:
+        bounds = slo.get("bounds")
+        detail = ", ".join(str(b) for b in bounds) if isinstance(bounds, list) else ""
+        cards.append(("within SLO", f"C={_fmt(slo['max_concurrency'])}",
+                      f"{_fmt(slo.get('throughput'))} tok/s · {detail}".strip(" ·")))
+    cards.append(("levels", str(len(run.levels)), ", ".join(sorted({lv.mode for lv in run.levels}))))
+    stop = run.summary.get("stop_reason")
+    if isinstance(stop, str) and stop:
+        cards.append(("stopped", "", stop))
+    return '<div class="cards">' + "".join(
+        f'<div class="card"><div class="k">{_esc(k)}</div>' + (f'<div class="v">{_esc(v)}</div>' if v else "")
+        + (f'<div class="d">{_esc(d)}</div>' if d else "") + "</div>"
+        for k, v, d in cards
+    ) + "</div>"
+
+
+def _verdict(run: ReportRun) -> str:
+    v = run.verdict
+    if not v:
+        return ""
+    badges = "".join(f'<span class="badge">{_esc(label)}: {_esc(str(v[key]).replace("_", " "))}</span>'
+                     for key, label in (("constraint", "constraint"), ("confidence", "confidence"))
+                     if v.get(key))
+    parts = [f'<div class="verdict"><p class="headline">{_esc(str(v.get("headline", "")))}</p>{badges}']
+    for key, title in (("evidence", "Evidence"), ("what_if", "What if"), ("suggestions", "What to try")):
+        body = _list(v.get(key))
+        if body:
+            parts.append(f"<h4>{title}</h4>{body}")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def workload_differences(runs: Sequence[ReportRun]) -> list[str]:
+    """One sentence per workload field whose value differs between runs."""
+    if len(runs) < 2:
+        return []
+    keys = sorted({k for run in runs for k in run.workload})
+    lines = []
+    for key in keys:
+        values = [run.workload.get(key) for run in runs]
+        if any(v != values[0] for v in values[1:]):
+            per_run = "; ".join(f"{run.name}: {json.dumps(v) if v is not None else 'not recorded'}"
+                                for run, v in zip(runs, values, strict=True))
+            lines.append(f"{key} differs ({per_run})")
+    return lines
+
+
+def _cell(lv: LevelResult, name: str) -> str:
+    if name == "ok":
+        return f"{lv.completed:,}/{lv.num_requests:,}"
+    if name == "mode" and lv.mode == "burst":
+        return '<span class="tag">burst</span>'
+    get, decimals = _BY_NAME[name]
+    return _esc(format_cell(get(lv), decimals))
+
+
+def _level_table(run: ReportRun) -> str:
+    text_cols = {"level", "mode"}
+    head = "".join(f'<th class="{"t" if n in text_cols else ""}">{label}</th>' for n, label in _HTML_COLUMNS)
+    rows = []
+    for lv in run.levels:
+        cells = "".join(f'<td class="{"t" if n in text_cols else ""}">{_cell(lv, n)}</td>' for n, _ in _HTML_COLUMNS)
+        cls = ' class="failed"' if lv.level_failed else ""
+        rows.append(f"<tr{cls}>{cells}</tr>")
+    return f'<div class="tablewrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+
+
+def _level_title(run: ReportRun, lv: LevelResult, several: bool) -> str:
+    head = f"C={lv.concurrency:,}" if lv.concurrency is not None else f"level {lv.label}"
+    if lv.rate is not None:
+        head += f" · {lv.rate:g} req/s"
+    mode = "burst" if lv.mode == "burst" else lv.mode
+    parts = [f"{run.name} · " if several else "", head, f" · {mode}",
+             f" · {lv.completed}/{lv.num_requests} ok · {lv.output_throughput:,.0f} tok/s · wall {lv.wall_s:,.1f} s"]
+    return "".join(parts)
+
+
+def _timeseries(run: ReportRun, index: int, several: bool) -> str:
+    requests = load_requests(run.path)
+    telemetry = load_telemetry(run.path)
+    figures = []
+    for j, lv in enumerate(run.levels):
+        series = level_series(requests.get(lv.label, []), telemetry.get(lv.label, []))
+        if series.empty:
+            continue
+        window = (lv.window_start_s, lv.window_end_s)
+        fig = plots.timeseries_figure(series, None, window)
+        title = _esc(_level_title(run, lv, several))
+        figures.append(f"<figure><h4>{title}</h4>{plots.to_svg(fig, f'r{index}l{j}')}</figure>")
+    if not figures:
+        return "<p class=\"sub\">No request records saved for this run.</p>"
+    return "".join(figures)
+
+
+def _environment(run: ReportRun) -> str:
+    keep = {k: run.summary.get(k) for k in ("kind", "created", "tool", "host", "target", "spec")
+            if run.summary.get(k) not in (None, {}, "")}
+    return f"<pre>{_esc(json.dumps(keep, indent=2, sort_keys=False, default=str))}</pre>"
+
+
+def render_html(runs: Sequence[ReportRun]) -> str:
+    """The whole report for ``runs`` as one HTML document."""
+    several = len(runs) > 1
+    names = ", ".join(run.name for run in runs)
+    out: list[str] = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>plateau-bench report: {_esc(names)}</title>",
+        f"<style>{CSS}</style></head><body><main>",
+        f"<h1>plateau-bench report: {_esc(names)}</h1>",
+    ]
+    created = [str(run.summary.get("created")) for run in runs if run.summary.get("created")]
+    preset = [str(run.spec.get("preset")) for run in runs if run.spec.get("preset")]
+    sub = [f"{len(runs)} runs overlaid" if several else str(runs[0].summary.get("kind") or "run")]
+    sub += [f"created {', '.join(created)}"] if created else []
+    sub += [f"preset {', '.join(preset)}"] if preset else []
+    out.append(f'<p class="sub">{_esc(" · ".join(sub))}</p>')
+    diffs = workload_differences(runs)
+    if diffs:
+        out.append('<div class="note"><strong>The runs used different workloads.</strong> '
+                   + _list(diffs) + "Compare their curves with this in mind.</div>")
+    out.append("<h2>Verdict</h2>" if any(run.verdict for run in runs) else "<h2>Summary</h2>")
+    for i, run in enumerate(runs):
+        if several:
+            out.append(f"<h3>{_run_title(run, i, several)}</h3>")
+        out.append(_verdict(run) + _cards(run))
+
+    captions = {
+        "throughput": "Output tokens per second at each level. Dashed: the plateau; dotted: the knee "
+                      "(shaded: the bracket it lies in). Hollow markers: burst levels.",
+        "latency": "Time to first token, time per output token and end-to-end latency; "
+                   "solid p50, dashed p99.",
+        "frontier": "Each point is a level: how fast each user is served against how much the server "
+                    "serves in all. Pick the rightmost point whose per-user speed is still acceptable.",
+    }
+    titles = {"throughput": "Throughput", "latency": "Latency", "frontier": "Throughput-latency frontier"}
+    for kind in plots.MAIN_PLOTS:
+        svg = plots.to_svg(plots.build(kind, runs), kind)
+        out.append(f"<h2>{titles[kind]}</h2><figure>{svg}<figcaption>{_esc(captions[kind])}</figcaption></figure>")
+
+    out.append("<h2>Levels</h2>")
+    for i, run in enumerate(runs):
+        if several:
+            out.append(f"<h3>{_run_title(run, i, several)}</h3>")
+        out.append(_level_table(run))
+
+    out.append("<h2>Levels over time</h2><p class=\"sub\">In-flight requests, output tokens per second "
+               "(1 s buckets) and, when scraped, the server's running and waiting requests and KV cache "
+               "usage. Shaded: the measurement window.</p>")
+    for i, run in enumerate(runs):
+        if several:
+            out.append(f"<h3>{_run_title(run, i, several)}</h3>")
+        out.append(_timeseries(run, i, several))
+
+    out.append("<h2>Spec and environment</h2>")
+    for i, run in enumerate(runs):
+        out.append(f"<h3>{_run_title(run, i, several)}</h3><p class=\"sub\">{_esc(str(run.path))}</p>")
+        out.append(_environment(run))
+    out.append('<footer>Generated by plateau-bench. Self-contained: opens offline.</footer>')
+    out.append("</main></body></html>\n")
+    return "\n".join(out)
+
+
+def check_writable(path: str | Path) -> Path:
+    """Fail early, before any rendering, when ``path`` cannot be written as a file."""
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"cannot write {p}: it is a directory")
+    blocker = next((a for a in p.parents if a.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise ConfigError(f"cannot write {p}: {blocker} is a file, not a directory")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {p}: {exc.strerror or exc}") from None
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise ConfigError(f"cannot write {p}: permission denied")
+    return p
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` (parents created); ``ConfigError`` when it cannot be written."""
+    p = check_writable(path)
+    try:
+        p.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {p}: {exc.strerror or exc}") from None
+    return p
+
+
+def write_html(run_dirs: Sequence[str | Path], out_path: str | Path) -> Path:
+    """Render the report of ``run_dirs`` (one or several result directories) to ``out_path``."""
+    check_writable(out_path)
+    return write_text(out_path, render_html(load_runs(run_dirs)))

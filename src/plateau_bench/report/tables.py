@@ -1,0 +1,183 @@
+"""Level tables for export (Markdown, CSV, JSON) and the run view every report reads.
+
+A ``ReportRun`` is one result directory as the report sees it: its summary (``result.json``),
+its levels as ``LevelResult``, and the sweep's plateau, knee and verdict when they were written.
+The tables only select and format figures from the levels; nothing is recomputed here.
+
+Markdown is for pull requests and chats (one table per run), CSV for spreadsheets (one row per
+level, a ``run`` column when several runs are given), JSON for scripts (numbers unrounded).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from plateau_bench.errors import ConfigError, ResultsError
+from plateau_bench.records import LevelResult
+from plateau_bench.report.results import load_summary
+
+FORMATS = ("md", "csv", "json")
+
+
+@dataclass(frozen=True)
+class ReportRun:
+    """One result directory, loaded for presentation."""
+
+    name: str
+    path: Path
+    summary: dict[str, Any]
+    levels: list[LevelResult]
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        spec = self.summary.get("spec")
+        return spec if isinstance(spec, dict) else {}
+
+    @property
+    def workload(self) -> dict[str, Any]:
+        workload = self.spec.get("workload")
+        return workload if isinstance(workload, dict) else {}
+
+    def marker(self, key: str) -> dict[str, Any] | None:
+        """The sweep's ``plateau`` or ``knee`` object, when present and well formed."""
+        value = self.summary.get(key)
+        if not isinstance(value, dict) or not isinstance(value.get("throughput", 0), int | float):
+            return None
+        return value
+
+    @property
+    def verdict(self) -> dict[str, Any] | None:
+        value = self.summary.get("verdict")
+        return value if isinstance(value, dict) else None
+
+
+def load_report_run(path: str | Path) -> ReportRun:
+    """Load one result directory; ``ResultsError`` (one line) when it holds no usable results."""
+    p = Path(path)
+    summary = load_summary(p)
+    try:
+        levels = [msgspec.convert(lv, LevelResult) for lv in summary.get("levels", [])]
+    except msgspec.ValidationError as exc:
+        raise ResultsError(f"{p}: a level in result.json is malformed: {exc}") from None
+    name = (p if p.is_dir() else p.parent).resolve().name
+    return ReportRun(name=name, path=p, summary=summary, levels=levels)
+
+
+def x_value(level: LevelResult) -> float | None:
+    """Where a level sits on a concurrency axis: requested C, else (open loop) achieved concurrency."""
+    if level.concurrency is not None and level.concurrency > 0:
+        return float(level.concurrency)
+    return level.achieved_concurrency if level.achieved_concurrency > 0 else None
+
+
+# -- columns -----------------------------------------------------------------------------------
+# (header, value getter, markdown decimals or None for text)
+Column = tuple[str, Callable[[LevelResult], Any], int | None]
+
+COLUMNS: list[Column] = [
+    ("level", lambda lv: lv.label, None),
+    ("mode", lambda lv: lv.mode, None),
+    ("concurrency", lambda lv: lv.concurrency, 0),
+    ("ok", lambda lv: lv.completed, 0),
+    ("failed", lambda lv: lv.failed, 0),
+    ("output_tok_s", lambda lv: lv.output_throughput, 1),
+    ("total_tok_s", lambda lv: lv.total_throughput, 1),
+    ("peak_output_tok_s", lambda lv: lv.peak_output_throughput, 1),
+    ("achieved_concurrency", lambda lv: lv.achieved_concurrency, 1),
+    ("decoding_concurrency", lambda lv: lv.decoding_concurrency, 1),
+    ("ttft_p50_ms", lambda lv: lv.ttft_ms.p50, 1),
+    ("ttft_p99_ms", lambda lv: lv.ttft_ms.p99, 1),
+    ("tpot_mean_ms", lambda lv: lv.tpot_ms.mean, 2),
+    ("tpot_p99_ms", lambda lv: lv.tpot_ms.p99, 2),
+    ("e2e_p50_ms", lambda lv: lv.e2e_ms.p50, 1),
+    ("e2e_p99_ms", lambda lv: lv.e2e_ms.p99, 1),
+    ("wall_s", lambda lv: lv.wall_s, 1),
+]
+
+HEADERS = [c[0] for c in COLUMNS]
+
+
+def level_row(level: LevelResult) -> dict[str, Any]:
+    """One level as a flat row of raw values (None where the metric is missing)."""
+    return {name: get(level) for name, get, _ in COLUMNS}
+
+
+def format_cell(value: Any, decimals: int | None) -> str:
+    if value is None:
+        return "-"
+    if decimals is None or not isinstance(value, int | float):
+        return str(value)
+    return f"{value:,.{decimals}f}"
+
+
+def _markdown_table(levels: Sequence[LevelResult]) -> str:
+    header = "| " + " | ".join(HEADERS) + " |"
+    align = "|" + "|".join(":---" if d is None else "---:" for _, _, d in COLUMNS) + "|"
+    rows = [
+        "| " + " | ".join(format_cell(get(lv), d) for _, get, d in COLUMNS) + " |" for lv in levels
+    ]
+    return "\n".join([header, align, *rows])
+
+
+def to_markdown(runs: Sequence[ReportRun]) -> str:
+    if len(runs) == 1:
+        return _markdown_table(runs[0].levels) + "\n"
+    return "\n".join(f"## {run.name}\n\n{_markdown_table(run.levels)}\n" for run in runs)
+
+
+def to_csv(runs: Sequence[ReportRun]) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["run", *HEADERS])
+    for run in runs:
+        for lv in run.levels:
+            writer.writerow([run.name, *("" if v is None else v for v in level_row(lv).values())])
+    return buf.getvalue()
+
+
+def to_json(runs: Sequence[ReportRun]) -> str:
+    doc = {
+        "runs": [
+            {
+                "name": run.name,
+                "path": str(run.path),
+                "kind": run.summary.get("kind"),
+                "plateau": run.marker("plateau"),
+                "knee": run.marker("knee"),
+                "stop_reason": run.summary.get("stop_reason"),
+                "levels": [level_row(lv) for lv in run.levels],
+            }
+            for run in runs
+        ]
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def render_table(runs: Sequence[ReportRun], fmt: str) -> str:
+    """The level tables of ``runs`` in ``fmt`` (one of ``FORMATS``)."""
+    renderers = {"md": to_markdown, "csv": to_csv, "json": to_json}
+    if fmt not in renderers:
+        raise ConfigError(f"unknown table format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    return renderers[fmt](runs)
+
+
+def load_runs(run_dirs: Sequence[str | Path]) -> list[ReportRun]:
+    """Load several result directories; runs sharing a directory name get a numeric suffix."""
+    if not run_dirs:
+        raise ConfigError("no result directory given")
+    runs = [load_report_run(p) for p in run_dirs]
+    seen: dict[str, int] = {}
+    named: list[ReportRun] = []
+    for run in runs:
+        n = seen.get(run.name, 0)
+        seen[run.name] = n + 1
+        named.append(run if n == 0 else ReportRun(f"{run.name} ({n + 1})", run.path, run.summary, run.levels))
+    return named

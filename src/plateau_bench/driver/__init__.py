@@ -1,0 +1,53 @@
+"""The driver: streams requests to the target and stamps monotonic times on every chunk.
+
+Public API:
+
+* ``StreamingClient`` - one pooled HTTP session; ``send`` streams a request into a ``RequestRecord``.
+* ``discover``, ``wait_ready``, ``tokenize_remote``, ``TargetInfo`` - the target before the load.
+* ``SSEParser``, ``StreamAccumulator`` - event-stream parsing, usable without a network.
+* ``install_event_loop`` / ``run`` - uvloop where it is installed (a cheaper event loop for every
+  chunk read), the standard loop otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from plateau_bench.driver.client import StreamingClient
+from plateau_bench.driver.sse import SSEParser, StreamAccumulator
+from plateau_bench.driver.target import TargetInfo, discover, tokenize_remote, wait_ready
+
+T = TypeVar("T")
+
+__all__ = [
+    "SSEParser",
+    "StreamAccumulator",
+    "StreamingClient",
+    "TargetInfo",
+    "discover",
+    "install_event_loop",
+    "run",
+    "tokenize_remote",
+    "wait_ready",
+]
+
+
+def install_event_loop() -> str:
+    """Make new event loops uvloop loops when uvloop is importable. Returns the loop's name."""
+    try:
+        import uvloop
+    except ImportError:
+        return "asyncio"
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return "uvloop"
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` on uvloop when available."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)

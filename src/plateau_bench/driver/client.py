@@ -1,0 +1,249 @@
+"""The streaming OpenAI-compatible client: one request in, one ``RequestRecord`` out.
+
+Each request is a streamed ``POST /v1/completions`` (or ``/v1/chat/completions``) with
+``max_tokens`` = the wanted output length, ``ignore_eos: true`` so the server generates exactly
+that many tokens, and ``stream_options.include_usage`` so the server reports exact token counts.
+
+Timing (monotonic clock, ns relative to ``t0_ns``, the start of the level):
+
+* ``sent_ns``: just before the request is handed to aiohttp. It includes opening a connection
+  when none is pooled, as a real client would pay it; the pool is sized to the concurrency
+  (``limit=concurrency``, no lower per-host limit) so no request waits for a connection.
+* each content chunk: the time the read that carried its bytes returned, taken before any
+  parsing (events from one read share it); ``first_token_ns`` is the first chunk carrying content
+  or reasoning text (a chat role-only chunk carries none).
+* ``end_ns``: the last read that carried bytes.
+
+Failures never raise: the record carries an ``ErrorClass`` value, a short detail with every secret
+removed, and the HTTP status where there was one. Tokens that arrived before a failure stay on
+the record. A stream that ends without ``[DONE]`` is accepted when it delivered tokens or usage
+(some servers omit ``[DONE]``; a cut-off chunked body still fails as a payload error), and is a
+protocol error when it delivered nothing. Cancellation is not a failure: it propagates.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+import msgspec
+
+from plateau_bench import __version__
+from plateau_bench.driver.sse import StreamAccumulator
+from plateau_bench.driver.target import (
+    base_url,
+    describe_failure,
+    redact,
+    request_headers,
+    secrets_of,
+)
+from plateau_bench.errors import ErrorClass
+from plateau_bench.records import RequestRecord
+from plateau_bench.spec import TargetSpec
+
+_DETAIL_MAX = 200
+_ERROR_BODY_MAX = 4096
+# Idle pooled connections are dropped before common server keep-alive timeouts (uvicorn: 5 s),
+# so a request never lands on a connection the server is closing.
+_KEEPALIVE_S = 4.0
+
+
+class StreamingClient:
+    """Sends streamed completion requests over one pooled aiohttp session.
+
+    Use as ``async with StreamingClient(target, concurrency=C) as client: await client.send(...)``.
+    ``t0_ns`` may be reset between levels; record times are relative to it.
+    """
+
+    def __init__(
+        self,
+        target: TargetSpec,
+        *,
+        concurrency: int,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        t0_ns: int = 0,
+        count_tokens: Callable[[str], int] | None = None,
+    ) -> None:
+        self.target = target
+        self.concurrency = max(1, concurrency)
+        self.clock_ns = clock_ns
+        self.t0_ns = t0_ns
+        self.count_tokens = count_tokens
+        self._chat = target.endpoint == "chat"
+        self._url = base_url(target) + ("/v1/chat/completions" if self._chat else "/v1/completions")
+        self._secrets = secrets_of(target)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> StreamingClient:
+        connector = aiohttp.TCPConnector(
+            limit=self.concurrency, limit_per_host=0, keepalive_timeout=_KEEPALIVE_S
+        )
+        headers = {"User-Agent": f"plateau-bench/{__version__}"} | request_headers(self.target)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=self.target.timeout_s),
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def request_body(self, prompt: str, max_tokens: int) -> bytes:
+        body: dict[str, Any] = {
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if self.target.model is not None:
+            body["model"] = self.target.model
+        if self._chat:
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        return msgspec.json.encode(body)
+
+    async def send(
+        self,
+        *,
+        index: int,
+        prompt: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        scheduled_ns: int,
+        worker: int = -1,
+        warmup: bool = False,
+    ) -> RequestRecord:
+        """Stream one request and describe it. Never raises for a failed request."""
+        session = self._session
+        if session is None:
+            raise RuntimeError("StreamingClient.send outside 'async with'")
+        body = self.request_body(prompt, max_tokens)
+        clock = self.clock_ns
+        t0 = self.t0_ns
+        acc = StreamAccumulator()
+        status: int | None = None
+        error: ErrorClass | None = None
+        detail: str | None = None
+        content_type = ""
+        sent_ns = clock() - t0
+        try:
+            async with session.post(self._url, data=body) as resp:
+                status = resp.status
+                if status != 200:
+                    error, detail = _http_error(status, await resp.content.read(_ERROR_BODY_MAX))
+                else:
+                    content_type = resp.headers.get("Content-Type", "")
+                    read = resp.content.readany
+                    feed = acc.feed
+                    while True:
+                        data = await read()
+                        t_ns = clock() - t0
+                        if not data:
+                            break
+                        if feed(data, t_ns):
+                            break
+        except TimeoutError:
+            error = ErrorClass.TIMEOUT
+            phase = "before the response" if status is None else "while streaming"
+            detail = f"no complete answer within {self.target.timeout_s:g} s (timed out {phase})"
+        except aiohttp.ClientConnectionError as exc:
+            # Before a status line the server never answered (refused, reset, closed): connect.
+            error = ErrorClass.CONNECT if status is None else ErrorClass.PROTOCOL
+            detail = describe_failure(exc)
+        except aiohttp.ClientError as exc:
+            error = ErrorClass.PROTOCOL
+            detail = f"{type(exc).__name__}: {exc}"
+        except OSError as exc:  # a socket error aiohttp did not wrap
+            error = ErrorClass.CONNECT if status is None else ErrorClass.PROTOCOL
+            detail = f"{type(exc).__name__}: {exc.strerror or exc}"
+        end_ns = acc.last_byte_ns if acc.last_byte_ns is not None else clock() - t0
+
+        if error is None and status == 200:
+            acc.close()
+            error, detail = _stream_outcome(acc, content_type)
+        output_tokens, chunk_tokens, token_source = acc.token_counts(self.count_tokens)
+        if detail is not None:
+            detail = _shorten(redact(detail, self._secrets))
+        return RequestRecord(
+            index=index,
+            worker=worker,
+            scheduled_ns=scheduled_ns,
+            sent_ns=sent_ns,
+            end_ns=end_ns,
+            first_token_ns=acc.first_token_ns,
+            first_reasoning_ns=acc.first_reasoning_ns,
+            chunk_ns=acc.chunk_ns,
+            chunk_tokens=chunk_tokens,
+            prompt_tokens=acc.usage_prompt if acc.usage_prompt is not None else prompt_tokens,
+            output_tokens=output_tokens,
+            token_source=token_source,
+            error=error.value if error is not None else None,
+            error_detail=detail,
+            http_status=status,
+            warmup=warmup,
+        )
+
+
+def _stream_outcome(acc: StreamAccumulator, content_type: str) -> tuple[ErrorClass | None, str | None]:
+    if acc.error is not None:
+        return ErrorClass.SERVER_ERROR_EVENT, acc.error
+    if acc.protocol_error is not None:
+        return ErrorClass.PROTOCOL, acc.protocol_error
+    if not acc.done and acc.usage_completion is None and not acc.chunk_ns:
+        what = "no event" if acc.events == 0 else f"{acc.events} events but no token"
+        shown_type = content_type or "no content type"
+        return ErrorClass.PROTOCOL, f"stream ended without [DONE], usage or tokens ({what}; {shown_type})"
+    return None, None
+
+
+def _http_error(status: int, body: bytes) -> tuple[ErrorClass, str]:
+    if status == 429:
+        kind = ErrorClass.HTTP_429
+    elif 400 <= status < 500:
+        kind = ErrorClass.HTTP_4XX
+    elif status >= 500:
+        kind = ErrorClass.HTTP_5XX
+    else:  # 1xx/2xx other than 200, 3xx: not a stream we can use
+        kind = ErrorClass.PROTOCOL
+    message = _error_body_message(body)
+    return kind, f"HTTP {status}: {message}" if message else f"HTTP {status}"
+
+
+def _error_body_message(body: bytes) -> str:
+    """The message of an error body: OpenAI ``error.message``, FastAPI ``detail``, or the text."""
+    try:
+        parsed = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return body.decode("utf-8", "replace")
+    if isinstance(parsed, dict):
+        for key in ("error", "message", "detail"):
+            value = parsed.get(key)
+            if isinstance(value, dict):
+                value = value.get("message") or value
+            if value:
+                return value if isinstance(value, str) else msgspec.json.encode(value).decode()
+    return body.decode("utf-8", "replace")
+
+
+_SPACES = re.compile(r"\s+")
+
+
+def _shorten(text: str) -> str:
+    text = _SPACES.sub(" ", text).strip()
+    return text if len(text) <= _DETAIL_MAX else text[: _DETAIL_MAX - 3] + "..."

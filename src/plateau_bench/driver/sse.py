@@ -1,0 +1,308 @@
+"""Server-sent events: framing, the OpenAI chunk shape, and per-request stream accounting.
+
+Framing follows the WHATWG event-stream rules (html.spec.whatwg.org, "Server-sent events",
+section "Interpreting an event stream"): lines end with ``\\r\\n``, ``\\n`` or ``\\r``; a blank line
+dispatches the event; ``data:`` lines of one event are joined with ``\\n``; one space after the
+colon is dropped; lines starting with ``:`` are comments (keep-alives); other fields (``event``,
+``id``, ``retry``) are ignored because no OpenAI-compatible server gives them a meaning we need.
+One deliberate leniency: at the end of the stream a pending event without its blank line is still
+dispatched, so a server that closes right after ``data: [DONE]`` is understood.
+
+The parser is incremental and cheap. It keeps the unfinished tail of the stream as raw bytes,
+finds the last event boundary with one ``rfind``, and splits complete events with ``split``;
+the common event (``data: {...}`` and nothing else) takes a fast path with no line loop.
+``\\r`` only costs a ``replace`` when present; a trailing ``\\r`` is held back until the next read
+because it may be the first half of ``\\r\\n``.
+
+``StreamAccumulator`` turns one response body into the figures a ``RequestRecord`` needs. It is
+fed ``(bytes, t_ns)`` where ``t_ns`` was taken when the bytes were read, before any parsing, so
+every event from one read shares that read's time. JSON is decoded with msgspec into the typed
+``StreamChunk``; unknown fields are skipped by the decoder without being materialised.
+
+Per-chunk token counts (``chunk_tokens``), in order of preference:
+
+1. The server sends cumulative ``usage`` in every content chunk (vLLM's
+   ``continuous_usage_stats``): each chunk gets the difference from the previous content chunk,
+   so tokens carried by empty-text chunks land on the next chunk that shows their text, and
+   tokens after the last content chunk are added to it.
+2. Otherwise one token per content chunk. If the final total (usage, else the tokenizer) differs
+   from the chunk count, the total is shared over the chunks in proportion to their text length
+   (largest-remainder rounding; every chunk keeps at least one token when there are at least as
+   many tokens as chunks). Why: a server shows fewer chunks than tokens when it holds back text it
+   cannot print yet (partial UTF-8, stop-string look-ahead) or batches several tokens per chunk,
+   and in both cases the chunk that finally carries those tokens has the longer text. The sum of
+   ``chunk_tokens`` always equals ``output_tokens``, so throughput over time stays exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from plateau_bench.records import TOKEN_SOURCE_ESTIMATE, TOKEN_SOURCE_TOKENIZER, TOKEN_SOURCE_USAGE
+
+DONE = b"[DONE]"
+_DATA_PREFIX = b"data: "
+
+
+class SSEParser:
+    """Incremental event-stream framing: bytes in, the ``data`` payload of each event out."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """Add bytes read from the stream; return the payloads of the events they complete."""
+        buf = self._buf + data if self._buf else data
+        held_cr = b""
+        if b"\r" in buf:
+            if buf[-1] == 0x0D:  # may pair with a "\n" still in flight
+                held_cr = b"\r"
+                buf = buf[:-1]
+            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            self._buf = buf + held_cr
+            return []
+        self._buf = buf[end + 2 :] + held_cr
+        out: list[bytes] = []
+        for block in buf[:end].split(b"\n\n"):
+            if block.startswith(_DATA_PREFIX) and b"\n" not in block:
+                out.append(block[6:])
+            elif block:
+                _parse_block(block, out)
+        return out
+
+    def close(self) -> list[bytes]:
+        """End of stream: dispatch a pending event that lacked its closing blank line."""
+        rest = self._buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        self._buf = b""
+        out: list[bytes] = []
+        for block in rest.split(b"\n\n"):
+            if block:
+                _parse_block(block, out)
+        return out
+
+
+def _parse_block(block: bytes, out: list[bytes]) -> None:
+    """The general line-by-line path for one block between blank lines."""
+    data_lines: list[bytes] = []
+    for line in block.split(b"\n"):
+        if not line:
+            if data_lines:
+                out.append(b"\n".join(data_lines))
+                data_lines = []
+            continue
+        if line[0] == 0x3A:  # ":" comment, e.g. ": keep-alive"
+            continue
+        colon = line.find(b":")
+        if colon < 0:
+            field, value = line, b""
+        else:
+            field, value = line[:colon], line[colon + 1 :]
+            if value[:1] == b" ":
+                value = value[1:]
+        if field == b"data":
+            data_lines.append(value)
+    if data_lines:
+        out.append(b"\n".join(data_lines))
+
+
+# --- the OpenAI streaming chunk, only the fields we read ---------------------------------------
+
+
+class Delta(msgspec.Struct, gc=False):
+    content: str | None = None
+    reasoning_content: str | None = None  # vLLM, SGLang, DeepSeek
+    reasoning: str | None = None          # newer vLLM, OpenRouter-style servers
+
+
+class Choice(msgspec.Struct, gc=False):
+    text: str | None = None      # /v1/completions
+    delta: Delta | None = None   # /v1/chat/completions
+
+
+class Usage(msgspec.Struct, gc=False):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+class ErrorBody(msgspec.Struct, gc=False):
+    message: str | None = None
+    type: str | None = None
+    code: int | str | None = None
+
+
+class StreamChunk(msgspec.Struct, gc=False):
+    choices: list[Choice] | None = None
+    usage: Usage | None = None
+    error: ErrorBody | str | None = None  # TGI sends a plain string
+
+
+_decode_chunk = msgspec.json.Decoder(StreamChunk).decode
+
+
+def error_message(error: ErrorBody | str) -> str:
+    if isinstance(error, str):
+        return error
+    return error.message or error.type or (str(error.code) if error.code is not None else "error")
+
+
+class StreamAccumulator:
+    """Everything one streamed response tells us, gathered as its bytes arrive."""
+
+    __slots__ = (
+        "_cumulative", "_parser", "chunk_ns", "done", "error", "events", "first_reasoning_ns",
+        "first_token_ns", "last_byte_ns", "protocol_error", "text_lengths", "texts",
+        "usage_completion", "usage_prompt",
+    )
+
+    def __init__(self) -> None:
+        self._parser = SSEParser()
+        self.chunk_ns: list[int] = []
+        self.text_lengths: list[int] = []
+        self.texts: list[str] = []
+        self._cumulative: list[int] | None = []  # usage at each content chunk; None once one lacks it
+        self.first_token_ns: int | None = None
+        self.first_reasoning_ns: int | None = None
+        self.last_byte_ns: int | None = None
+        self.usage_prompt: int | None = None
+        self.usage_completion: int | None = None
+        self.done = False
+        self.events = 0
+        self.error: str | None = None           # message of an error event from the server
+        self.protocol_error: str | None = None  # malformed stream
+
+    def feed(self, data: bytes, t_ns: int) -> bool:
+        """Consume one read taken at ``t_ns``. Returns True when reading should stop (an error)."""
+        self.last_byte_ns = t_ns
+        return self._consume(self._parser.feed(data), t_ns)
+
+    def close(self) -> None:
+        """The body ended: flush a trailing event that had no blank line after it."""
+        if self.last_byte_ns is not None:
+            self._consume(self._parser.close(), self.last_byte_ns)
+
+    def _consume(self, payloads: list[bytes], t_ns: int) -> bool:
+        for payload in payloads:
+            self.events += 1
+            if payload == DONE:
+                self.done = True
+                continue
+            try:
+                chunk = _decode_chunk(payload)
+            except msgspec.DecodeError as exc:
+                self.protocol_error = f"undecodable event: {exc}"
+                return True
+            if chunk.error is not None:
+                self.error = error_message(chunk.error)
+                return True
+            usage = chunk.usage
+            if usage is not None:
+                if usage.prompt_tokens is not None:
+                    self.usage_prompt = usage.prompt_tokens
+                if usage.completion_tokens is not None:
+                    self.usage_completion = usage.completion_tokens
+            if not chunk.choices:
+                continue
+            choice = chunk.choices[0]
+            text = choice.text
+            reasoning = None
+            if text is None and choice.delta is not None:
+                delta = choice.delta
+                text = delta.content
+                reasoning = delta.reasoning_content or delta.reasoning
+            if not text and not reasoning:
+                continue  # role-only, finish-only or held-back chunk: no token shows here
+            self.chunk_ns.append(t_ns)
+            if self.first_token_ns is None:
+                self.first_token_ns = t_ns
+            length = 0
+            if text:
+                self.texts.append(text)
+                length = len(text)
+            if reasoning:
+                if self.first_reasoning_ns is None:
+                    self.first_reasoning_ns = t_ns
+                self.texts.append(reasoning)
+                length += len(reasoning)
+            self.text_lengths.append(length)
+            if self._cumulative is not None:
+                if usage is not None and usage.completion_tokens is not None:
+                    self._cumulative.append(usage.completion_tokens)
+                else:
+                    self._cumulative = None
+        return False
+
+    def token_counts(
+        self, count_tokens: Callable[[str], int] | None
+    ) -> tuple[int, list[int], str]:
+        """(output tokens, tokens per content chunk, token source) once the stream has ended."""
+        n = len(self.chunk_ns)
+        if self.usage_completion is not None:
+            total, source = self.usage_completion, TOKEN_SOURCE_USAGE
+            per_chunk = self._from_cumulative(total)
+            if per_chunk is not None:
+                return total, per_chunk, source
+        elif count_tokens is not None:
+            total, source = count_tokens("".join(self.texts)), TOKEN_SOURCE_TOKENIZER
+        else:
+            return n, [1] * n, TOKEN_SOURCE_ESTIMATE
+        return total, spread_tokens(total, self.text_lengths), source
+
+    def _from_cumulative(self, total: int) -> list[int] | None:
+        cum = self._cumulative
+        if not cum or len(cum) != len(self.chunk_ns) or cum[-1] > total:
+            return None
+        per_chunk: list[int] = []
+        prev = 0
+        for value in cum:
+            if value < prev:
+                return None  # not cumulative after all
+            per_chunk.append(value - prev)
+            prev = value
+        if cum[-1] == cum[0] and len(cum) > 1:
+            return None  # a constant value repeated is not a running count
+        per_chunk[-1] += total - cum[-1]
+        return per_chunk
+
+
+def spread_tokens(total: int, lengths: list[int]) -> list[int]:
+    """Split ``total`` tokens over chunks in proportion to their text length.
+
+    When there are at least as many tokens as chunks every chunk keeps one token (a chunk that
+    shows text carried at least one): chunks whose share falls below one are pinned at one and
+    the rest is shared again among the others. Largest-remainder rounding keeps the sum exactly
+    ``total``. With fewer tokens than chunks, some chunks carry none.
+    """
+    n = len(lengths)
+    if n == 0 or total == n:
+        return [1] * n
+    weights = [max(length, 1) for length in lengths]
+    exact = [0.0] * n
+    free = list(range(n))
+    pinned = 0
+    while free:
+        remaining = total - pinned
+        weight_sum = sum(weights[i] for i in free)
+        for i in free:
+            exact[i] = remaining * weights[i] / weight_sum
+        if total < n:
+            break
+        below = [i for i in free if exact[i] < 1.0]
+        if not below:
+            break
+        for i in below:
+            exact[i] = 1.0
+        pinned += len(below)
+        pinned_now = set(below)
+        free = [i for i in free if i not in pinned_now]
+    counts = [int(x) for x in exact]
+    left = total - sum(counts)
+    by_remainder = sorted(range(n), key=lambda i: exact[i] - counts[i], reverse=True)
+    for i in by_remainder[:left]:
+        counts[i] += 1
+    return counts

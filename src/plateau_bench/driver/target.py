@@ -1,0 +1,291 @@
+"""The target endpoint before the load: discovery, readiness, remote token counting, secrets.
+
+``discover`` reads ``GET /v1/models`` (the one route every OpenAI-compatible server has), picks
+the model (the only one served, or the one asked for), reads ``GET /version`` when the server has
+it (vLLM, SGLang; llama.cpp's ``/props`` gives its build), and probes ``POST /tokenize``.
+The server family is read from ``owned_by`` in ``/v1/models`` ("vllm", "sglang", "llamacpp").
+
+Every user-facing failure is a ``TargetError`` with one sentence that names the URL (with any
+password removed) and the cause. Secrets (API key, secret-looking headers, URL password) are
+removed from any text that leaves this package through ``redact``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from urllib.parse import urlsplit, urlunsplit
+
+import aiohttp
+import msgspec
+
+from plateau_bench.errors import TargetError
+from plateau_bench.spec import TargetSpec, _is_secret_header
+
+_PROBE_TIMEOUT_S = 10.0
+_DNS_ERROR: tuple[type[BaseException], ...] = tuple(
+    t for t in (getattr(aiohttp, "ClientConnectorDNSError", None),) if t is not None
+)
+
+
+class TargetInfo(msgspec.Struct, frozen=True, kw_only=True):
+    url: str                        # base URL, no trailing /v1, password removed
+    model: str                      # the model requests will name
+    models: list[str]               # every model the server lists
+    server: str | None = None       # "vllm" | "sglang" | "llamacpp" | other owned_by value
+    server_version: str | None = None
+    max_model_len: int | None = None
+    tokenize: bool = False          # POST /tokenize answers
+
+
+# --- URLs and secrets -------------------------------------------------------------------------
+
+
+def base_url(target: TargetSpec) -> str:
+    """The server root: ``http://h:8000/v1/`` and ``http://h:8000`` both give ``http://h:8000``."""
+    url = target.url.strip().rstrip("/")
+    if "://" not in url:
+        url = "http://" + url
+    if url.endswith("/v1"):
+        url = url[:-3]
+    return url
+
+
+def display_url(url: str) -> str:
+    """The URL as it may be printed: user and password removed."""
+    parts = urlsplit(url)
+    if parts.password is None and parts.username is None:
+        return url
+    netloc = parts.hostname or ""
+    if parts.port is not None:
+        netloc = f"{netloc}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def secrets_of(target: TargetSpec) -> tuple[str, ...]:
+    found = [target.api_key] if target.api_key else []
+    found += [v for k, v in target.headers.items() if _is_secret_header(k) and v]
+    password = urlsplit(base_url(target)).password
+    if password:
+        found.append(password)
+    # Longest first, so a secret that contains another is removed whole.
+    return tuple(sorted({s for s in found if len(s) >= 3}, key=len, reverse=True))
+
+
+def redact(text: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, "<redacted>")
+    return text
+
+
+def request_headers(target: TargetSpec) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
+    if target.api_key:
+        headers["Authorization"] = f"Bearer {target.api_key}"
+    headers.update(target.headers)
+    return headers
+
+
+def _session(target: TargetSpec, timeout_s: float) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        headers=request_headers(target), timeout=aiohttp.ClientTimeout(total=timeout_s)
+    )
+
+
+def describe_failure(exc: BaseException) -> str:
+    """A short cause for a failed connection: refused, DNS, timeout, reset."""
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, _DNS_ERROR) or isinstance(getattr(exc, "os_error", None), socket.gaierror):
+        return "host name not found (DNS)"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        if isinstance(exc.os_error, ConnectionRefusedError):
+            return "connection refused"
+        return f"cannot connect ({exc.os_error.strerror or type(exc.os_error).__name__})"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+# --- discovery --------------------------------------------------------------------------------
+
+
+class _Model(msgspec.Struct):
+    id: str
+    owned_by: str | None = None
+    max_model_len: int | None = None
+
+
+class _ModelList(msgspec.Struct):
+    data: list[_Model]
+
+
+async def discover(target: TargetSpec) -> TargetInfo:
+    """Check the target and fill in what the run needs. Raises TargetError."""
+    root = base_url(target)
+    shown = display_url(root)
+    secrets = secrets_of(target)
+    async with _session(target, min(target.timeout_s, _PROBE_TIMEOUT_S)) as session:
+        try:
+            async with session.get(f"{root}/v1/models") as resp:
+                status = resp.status
+                body = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise TargetError(
+                f"cannot reach {shown}: {redact(describe_failure(exc), secrets)}"
+            ) from None
+        if status in (401, 403):
+            raise TargetError(f"{shown}/v1/models answered HTTP {status}: check --api-key")
+        try:
+            listing = msgspec.json.decode(body, type=_ModelList) if status == 200 else None
+        except msgspec.DecodeError:
+            listing = None
+        if listing is None:
+            raise TargetError(
+                f"{shown} is not an OpenAI-compatible server: GET /v1/models gave HTTP {status} "
+                "without a JSON model list (data[])"
+            )
+        models = [m.id for m in listing.data]
+        if not models:
+            raise TargetError(f"{shown} serves no model (GET /v1/models lists none)")
+        if target.model is None:
+            chosen = listing.data[0]
+        else:
+            matches = [m for m in listing.data if m.id == target.model]
+            if not matches:
+                raise TargetError(
+                    f"model {target.model!r} is not served by {shown}; it serves: {', '.join(models)}"
+                )
+            chosen = matches[0]
+        version = await _server_version(session, root)
+        can_tokenize = await _count_remote(session, root, chosen.id, "hello") is not None
+    return TargetInfo(
+        url=shown, model=chosen.id, models=models, server=chosen.owned_by,
+        server_version=version, max_model_len=chosen.max_model_len, tokenize=can_tokenize,
+    )
+
+
+class _Version(msgspec.Struct):
+    version: str | None = None
+
+
+class _Props(msgspec.Struct):
+    build_info: str | None = None
+
+
+async def _server_version(session: aiohttp.ClientSession, root: str) -> str | None:
+    for path in ("/version", "/props"):
+        try:
+            async with session.get(root + path) as resp:
+                if resp.status != 200:
+                    continue
+                body = await resp.read()
+            value = (msgspec.json.decode(body, type=_Version).version if path == "/version"
+                     else msgspec.json.decode(body, type=_Props).build_info)
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+            continue
+        if value:
+            return value
+    return None
+
+
+# --- readiness --------------------------------------------------------------------------------
+
+
+async def wait_ready(target: TargetSpec, timeout_s: float, *, poll_s: float = 0.5) -> None:
+    """Poll ``/health`` (when the server has it), then ``/v1/models``, until both answer 200.
+
+    Raises TargetError after ``timeout_s`` saying what it waited for and the last answer.
+    """
+    root = base_url(target)
+    shown = display_url(root)
+    secrets = secrets_of(target)
+    deadline = time.monotonic() + timeout_s
+    last = "no answer yet"
+    waiting_for = "/health"
+    async with _session(target, max(min(poll_s * 4, timeout_s), 0.1)) as session:
+        while True:
+            for path in ("/health", "/v1/models"):
+                waiting_for = path
+                try:
+                    async with session.get(root + path) as resp:
+                        status = resp.status
+                        body = await resp.read()
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    last = redact(describe_failure(exc), secrets)
+                    break
+                if path == "/health" and status == 404:
+                    continue  # no health route: /v1/models decides
+                if status != 200:
+                    last = f"HTTP {status}"
+                    break
+                if path == "/v1/models":
+                    try:
+                        msgspec.json.decode(body, type=_ModelList)
+                    except msgspec.DecodeError:
+                        last = "HTTP 200 without a JSON model list"
+                        break
+                    return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TargetError(
+                    f"{shown} was not ready after {timeout_s:g} s: waited for {waiting_for} "
+                    f"(last: {last})"
+                )
+            await asyncio.sleep(min(poll_s, remaining))
+
+
+# --- remote token counting --------------------------------------------------------------------
+
+
+class _TokenizeAnswer(msgspec.Struct):
+    count: int | None = None
+    tokens: list[int] | None = None
+
+
+async def tokenize_remote(
+    target: TargetSpec,
+    model: str | None,
+    text: str,
+    *,
+    session: aiohttp.ClientSession | None = None,
+) -> int | None:
+    """Tokens in ``text`` by the server's own ``POST /tokenize``; None when it has none.
+
+    vLLM and SGLang take ``{"model", "prompt"}`` and answer ``{"count", "tokens"}``; llama.cpp
+    takes ``{"content"}`` and answers ``{"tokens": [...]}``. Special tokens (BOS) are included,
+    as the server includes them in a completion's ``usage.prompt_tokens``.
+    """
+    root = base_url(target)
+    if session is not None:
+        return await _count_remote(session, root, model, text)
+    async with _session(target, min(target.timeout_s, _PROBE_TIMEOUT_S)) as own:
+        return await _count_remote(own, root, model, text)
+
+
+async def _count_remote(
+    session: aiohttp.ClientSession, root: str, model: str | None, text: str
+) -> int | None:
+    # vLLM/SGLang shape first; llama.cpp answers it with an empty token list (it reads only
+    # "content"), which sends us on to its own shape.
+    bodies: list[dict[str, object]] = [
+        {"prompt": text, "add_special_tokens": True} | ({"model": model} if model else {}),
+        {"content": text, "add_special": True},
+    ]
+    for body in bodies:
+        try:
+            async with session.post(f"{root}/tokenize", data=msgspec.json.encode(body)) as resp:
+                if resp.status == 404:
+                    return None
+                if resp.status != 200:
+                    continue
+                answer = msgspec.json.decode(await resp.read(), type=_TokenizeAnswer)
+        except (aiohttp.ClientError, TimeoutError, msgspec.DecodeError):
+            continue
+        if answer.count is not None:
+            return answer.count
+        if answer.tokens or (answer.tokens is not None and not text):
+            return len(answer.tokens)
+    return None

@@ -1,0 +1,278 @@
+"""The streaming client against the scripted server over real sockets on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import statistics
+import time
+from typing import TYPE_CHECKING
+
+import msgspec
+import pytest
+
+from plateau_bench.driver.client import StreamingClient
+from plateau_bench.errors import ErrorClass
+from plateau_bench.records import (
+    TOKEN_SOURCE_ESTIMATE,
+    TOKEN_SOURCE_TOKENIZER,
+    TOKEN_SOURCE_USAGE,
+    RequestRecord,
+)
+from plateau_bench.spec import TargetSpec
+
+if TYPE_CHECKING:
+    from conftest import ScriptedServer
+
+MS = 1_000_000
+SECRET = "sk-test-0123456789"
+
+
+def target(url: str, **kw: object) -> TargetSpec:
+    return TargetSpec(url=url, model="tiny", **kw)  # type: ignore[arg-type]
+
+
+async def send_many(spec: TargetSpec, n: int, max_tokens: int, **client_kw: object) -> list[RequestRecord]:
+    t0 = time.monotonic_ns()
+    async with StreamingClient(spec, concurrency=n, t0_ns=t0, **client_kw) as client:  # type: ignore[arg-type]
+        return list(await asyncio.gather(*(
+            client.send(index=i, prompt=f"hello {i}", prompt_tokens=2, max_tokens=max_tokens,
+                        scheduled_ns=0, worker=i)
+            for i in range(n)
+        )))
+
+
+async def send_one(spec: TargetSpec, max_tokens: int = 8, **client_kw: object) -> RequestRecord:
+    return (await send_many(spec, 1, max_tokens, **client_kw))[0]
+
+
+# --- timing -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+async def test_chunk_times_match_the_servers_send_times(server: ScriptedServer, endpoint: str) -> None:
+    server.plan.ttft_s, server.plan.itl_s = 0.05, 0.01
+    t0 = time.monotonic_ns()
+    spec = target(server.url, endpoint=endpoint)
+    async with StreamingClient(spec, concurrency=4, t0_ns=t0) as client:
+        records = await asyncio.gather(*(
+            client.send(index=i, prompt="p", prompt_tokens=1, max_tokens=20, scheduled_ns=0)
+            for i in range(4)
+        ))
+    by_prompt_order = sorted(server.served, key=lambda s: s.received_ns)
+    assert len(by_prompt_order) == 4
+    ttft_client, ttft_server, itl_client, itl_server, delays = [], [], [], [], []
+    for record in records:
+        assert record.ok, record.error_detail
+        sent_abs = t0 + record.sent_ns
+        served = min(by_prompt_order, key=lambda s: abs(s.received_ns - sent_abs))
+        client_abs = [t0 + t for t in record.chunk_ns]
+        assert len(client_abs) == len(served.chunk_sent_ns) == 20
+        # A chunk is read after the server wrote it, never before.
+        assert all(c >= s for c, s in zip(client_abs, served.chunk_sent_ns, strict=True))
+        delays += [c - s for c, s in zip(client_abs, served.chunk_sent_ns, strict=True)]
+        ttft_client.append(record.first_token_ns - record.sent_ns)  # type: ignore[operator]
+        ttft_server.append(served.chunk_sent_ns[0] - sent_abs)
+        itl_client += [b - a for a, b in itertools.pairwise(record.chunk_ns)]
+        itl_server += [b - a for a, b in itertools.pairwise(served.chunk_sent_ns)]
+    assert statistics.mean(ttft_client) / MS == pytest.approx(statistics.mean(ttft_server) / MS, abs=2)
+    assert statistics.mean(itl_client) / MS == pytest.approx(statistics.mean(itl_server) / MS, abs=2)
+    assert statistics.mean(delays) / MS < 2
+    # And the server did what it was told, so the comparison means something.
+    assert statistics.mean(ttft_server) / MS >= 50
+    assert statistics.mean(itl_server) / MS >= 10
+
+
+async def test_record_times_are_ordered_and_relative_to_t0(server: ScriptedServer) -> None:
+    server.plan.ttft_s, server.plan.itl_s = 0.02, 0.002
+    record = await send_one(target(server.url), max_tokens=5)
+    assert record.sent_ns >= 0
+    assert record.first_token_ns == record.chunk_ns[0]
+    assert record.sent_ns < record.chunk_ns[0] <= record.chunk_ns[-1] <= record.end_ns
+    assert record.chunk_ns == sorted(record.chunk_ns)
+
+
+async def test_requests_run_concurrently_up_to_the_pool_size(server: ScriptedServer) -> None:
+    server.plan.ttft_s, server.plan.itl_s = 0.2, 0.001
+    records = await send_many(target(server.url), 16, 2)
+    assert all(r.ok for r in records)
+    first_done = min(r.end_ns for r in records)
+    received = sorted(s.received_ns for s in server.served)
+    # every request reached the server before any finished: none waited for a connection
+    assert received[-1] - received[0] < first_done - min(r.sent_ns for r in records)
+
+
+# --- the request ------------------------------------------------------------------------------
+
+
+async def test_completions_request_body_and_headers(server: ScriptedServer) -> None:
+    spec = target(server.url, api_key=SECRET, headers={"X-Team": "perf"})
+    record = await send_one(spec, max_tokens=3)
+    served = server.served[0]
+    assert record.ok
+    assert served.path == "/v1/completions"
+    assert served.body == {
+        "model": "tiny", "prompt": "hello 0", "max_tokens": 3, "ignore_eos": True, "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    assert served.headers["Authorization"] == f"Bearer {SECRET}"
+    assert served.headers["X-Team"] == "perf"
+
+
+async def test_chat_request_uses_messages(server: ScriptedServer) -> None:
+    await send_one(target(server.url + "/v1/", endpoint="chat"), max_tokens=3)
+    served = server.served[0]
+    assert served.path == "/v1/chat/completions"
+    assert served.body["messages"] == [{"role": "user", "content": "hello 0"}]
+    assert "prompt" not in served.body
+
+
+# --- token counts -----------------------------------------------------------------------------
+
+
+async def test_usage_gives_exact_counts(server: ScriptedServer) -> None:
+    server.plan.itl_s = 0.001
+    record = await send_one(target(server.url), max_tokens=12)
+    assert (record.output_tokens, record.token_source) == (12, TOKEN_SOURCE_USAGE)
+    assert record.chunk_tokens == [1] * 12
+    assert record.prompt_tokens == 7  # the server's count wins over the caller's estimate
+
+
+async def test_multi_token_chunks_are_attributed_by_text_length(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.tokens_per_chunk = 0.001, 4
+    record = await send_one(target(server.url), max_tokens=18)
+    assert record.output_tokens == 18
+    assert record.chunk_tokens == server.served[0].chunk_tokens == [4, 4, 4, 4, 2]
+
+
+async def test_held_back_tokens_without_continuous_usage(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.held_back_every = 0.001, 5
+    record = await send_one(target(server.url), max_tokens=20)
+    assert record.output_tokens == 20
+    assert len(record.chunk_ns) == 17
+    assert record.chunk_tokens == server.served[0].chunk_tokens
+
+
+async def test_continuous_usage_deltas_give_exact_chunk_tokens(server: ScriptedServer) -> None:
+    plan = server.plan
+    plan.itl_s, plan.held_back_every, plan.continuous_usage, plan.tokens_per_chunk = 0.001, 3, True, 2
+    record = await send_one(target(server.url), max_tokens=21)
+    assert record.output_tokens == 21
+    assert record.chunk_tokens == server.served[0].chunk_tokens
+    assert sum(record.chunk_tokens) == 21
+
+
+async def test_without_usage_the_tokenizer_counts(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.usage = 0.001, False
+    record = await send_one(target(server.url), max_tokens=9, count_tokens=lambda s: len(s.split()))
+    assert (record.output_tokens, record.token_source) == (9, TOKEN_SOURCE_TOKENIZER)
+    assert record.prompt_tokens == 2  # no usage: the caller's count stays
+
+
+async def test_without_usage_or_tokenizer_chunks_are_counted(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.usage, server.plan.tokens_per_chunk = 0.001, False, 3
+    record = await send_one(target(server.url), max_tokens=9)
+    assert (record.output_tokens, record.token_source) == (3, TOKEN_SOURCE_ESTIMATE)
+
+
+# --- stream shapes ----------------------------------------------------------------------------
+
+
+async def test_role_only_first_chunk_is_not_the_first_token(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.role_gap_s = 0.002, 0.05
+    t0 = time.monotonic_ns()
+    async with StreamingClient(target(server.url, endpoint="chat"), concurrency=1, t0_ns=t0) as client:
+        record = await client.send(index=0, prompt="p", prompt_tokens=1, max_tokens=4, scheduled_ns=0)
+    served = server.served[0]
+    assert record.ok and len(record.chunk_ns) == 4
+    assert served.role_sent_ns is not None
+    assert record.first_token_ns == record.chunk_ns[0]
+    # the first token was read after the first content chunk was written, 50 ms after the role chunk
+    assert t0 + record.first_token_ns >= served.chunk_sent_ns[0] >= served.role_sent_ns + 50 * MS
+
+
+async def test_reasoning_content_is_kept_apart(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.reasoning_tokens = 0.002, 3
+    record = await send_one(target(server.url, endpoint="chat"), max_tokens=6)
+    assert record.ok and record.output_tokens == 6
+    assert record.first_reasoning_ns == record.first_token_ns == record.chunk_ns[0]
+    assert len(record.chunk_ns) == 6
+
+
+async def test_keepalive_comments_and_crlf(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.keepalive, server.plan.crlf = 0.001, True, True
+    record = await send_one(target(server.url), max_tokens=7)
+    assert record.ok
+    assert (record.output_tokens, len(record.chunk_ns)) == (7, 7)
+
+
+async def test_missing_done_with_usage_is_accepted(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.send_done = 0.001, False
+    record = await send_one(target(server.url), max_tokens=4)
+    assert record.ok and record.output_tokens == 4
+
+
+# --- every error class ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("status", "kind"), [(429, ErrorClass.HTTP_429), (400, ErrorClass.HTTP_4XX),
+                                              (500, ErrorClass.HTTP_5XX), (503, ErrorClass.HTTP_5XX)])
+async def test_http_errors(server: ScriptedServer, status: int, kind: ErrorClass) -> None:
+    server.plan.status = status
+    record = await send_one(target(server.url))
+    assert (record.error, record.http_status) == (kind.value, status)
+    assert record.error_detail is not None and record.error_detail.startswith(f"HTTP {status}: ")
+
+
+async def test_rejected_key_is_never_echoed(server: ScriptedServer) -> None:
+    server.plan.api_key, server.plan.error_echo_auth = "the-right-key", True
+    record = await send_one(target(server.url, api_key=SECRET, headers={"X-Api-Key": "hdr-secret-42"}))
+    assert record.error == ErrorClass.HTTP_4XX.value
+    assert record.error_detail == "HTTP 401: bad key in Bearer <redacted>"
+    encoded = msgspec.json.encode(record).decode()
+    assert SECRET not in encoded and "hdr-secret-42" not in encoded
+
+
+async def test_connection_refused(refused_url: str) -> None:
+    record = await send_one(target(refused_url, api_key=SECRET))
+    assert record.error == ErrorClass.CONNECT.value
+    assert record.error_detail == "connection refused"
+    assert record.http_status is None and record.first_token_ns is None
+
+
+async def test_timeout_before_the_first_token(server: ScriptedServer) -> None:
+    server.plan.ttft_s = 1.0
+    record = await send_one(target(server.url, timeout_s=0.2))
+    assert record.error == ErrorClass.TIMEOUT.value
+    assert record.error_detail is not None and "0.2 s" in record.error_detail
+
+
+async def test_timeout_while_streaming_keeps_the_tokens(server: ScriptedServer) -> None:
+    server.plan.ttft_s, server.plan.itl_s = 0.01, 0.1
+    record = await send_one(target(server.url, timeout_s=0.35), max_tokens=20)
+    assert record.error == ErrorClass.TIMEOUT.value
+    assert 1 <= len(record.chunk_ns) < 20
+    assert record.output_tokens == len(record.chunk_ns)
+
+
+async def test_error_event_mid_stream(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.error_after = 0.001, 3
+    record = await send_one(target(server.url), max_tokens=10)
+    assert record.error == ErrorClass.SERVER_ERROR_EVENT.value
+    assert record.error_detail == "out of KV cache"
+    assert record.http_status == 200
+    assert len(record.chunk_ns) == 3
+
+
+async def test_connection_cut_mid_stream_is_a_protocol_error(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.cut_after = 0.001, 2
+    record = await send_one(target(server.url), max_tokens=10)
+    assert record.error == ErrorClass.PROTOCOL.value
+    assert len(record.chunk_ns) == 2
+
+
+async def test_empty_stream_is_a_protocol_error(server: ScriptedServer) -> None:
+    server.plan.no_events = True
+    record = await send_one(target(server.url))
+    assert record.error == ErrorClass.PROTOCOL.value
+    assert record.error_detail == "stream ended without [DONE], usage or tokens (no event; text/event-stream)"

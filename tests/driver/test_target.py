@@ -1,0 +1,122 @@
+"""Target discovery, readiness and remote token counting against the scripted server."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import aiohttp
+import pytest
+
+from plateau_bench.driver.target import (
+    TargetInfo,
+    base_url,
+    discover,
+    display_url,
+    redact,
+    secrets_of,
+    tokenize_remote,
+    wait_ready,
+)
+from plateau_bench.errors import TargetError
+from plateau_bench.spec import TargetSpec
+
+if TYPE_CHECKING:
+    from conftest import ScriptedServer
+
+
+async def test_discover_picks_the_served_model(server: ScriptedServer) -> None:
+    info = await discover(TargetSpec(url=server.url))
+    assert info == TargetInfo(url=server.url, model="tiny", models=["tiny"], server="vllm",
+                              server_version="0.9.9", max_model_len=2048, tokenize=True)
+
+
+async def test_discover_keeps_the_named_model(server: ScriptedServer) -> None:
+    server.plan.models = ["a", "b"]
+    info = await discover(TargetSpec(url=server.url + "/v1", model="b"))
+    assert (info.model, info.models) == ("b", ["a", "b"])
+
+
+async def test_discover_without_version_or_tokenize(server: ScriptedServer) -> None:
+    server.plan.version, server.plan.tokenize_style = None, None
+    info = await discover(TargetSpec(url=server.url))
+    assert (info.server_version, info.tokenize) == (None, False)
+
+
+async def test_wrong_model_lists_the_served_ones(server: ScriptedServer) -> None:
+    server.plan.models = ["llama-8b", "qwen-7b"]
+    with pytest.raises(TargetError, match=r"model 'gpt-4' is not served by .*: llama-8b, qwen-7b$"):
+        await discover(TargetSpec(url=server.url, model="gpt-4"))
+
+
+async def test_unreachable_url_names_url_and_cause(refused_url: str) -> None:
+    with pytest.raises(TargetError, match=f"^cannot reach {re.escape(refused_url)}: connection refused$"):
+        await discover(TargetSpec(url=refused_url))
+
+
+async def test_unknown_host_is_a_dns_failure() -> None:
+    # .invalid is reserved (RFC 2606): resolution fails without leaving the machine's resolver
+    with pytest.raises(TargetError, match=r"^cannot reach http://no-such-host.invalid:8000: host name not found"):
+        await discover(TargetSpec(url="http://no-such-host.invalid:8000"))
+
+
+async def test_not_openai_compatible(server: ScriptedServer) -> None:
+    server.plan.openai_models_route = False
+    with pytest.raises(TargetError, match="is not an OpenAI-compatible server: GET /v1/models gave HTTP 404"):
+        await discover(TargetSpec(url=server.url))
+
+
+async def test_password_in_url_is_never_shown(refused_url: str) -> None:
+    url = refused_url.replace("http://", "http://user:hunter22@")
+    with pytest.raises(TargetError) as caught:
+        await discover(TargetSpec(url=url))
+    assert "hunter22" not in str(caught.value)
+    assert display_url(url) == refused_url
+
+
+async def test_wait_ready_waits_for_health(server: ScriptedServer) -> None:
+    server.plan.health_failures = 3
+    await wait_ready(TargetSpec(url=server.url), timeout_s=5, poll_s=0.01)
+    assert server.health_calls == 4
+
+
+async def test_wait_ready_gives_up_saying_what_it_waited_for(server: ScriptedServer) -> None:
+    server.plan.health_failures = 10_000
+    with pytest.raises(TargetError, match=r"not ready after 0.2 s: waited for /health \(last: HTTP 503\)"):
+        await wait_ready(TargetSpec(url=server.url), timeout_s=0.2, poll_s=0.02)
+
+
+async def test_wait_ready_on_a_dead_port(refused_url: str) -> None:
+    with pytest.raises(TargetError, match=r"waited for /health \(last: connection refused\)"):
+        await wait_ready(TargetSpec(url=refused_url), timeout_s=0.1, poll_s=0.02)
+
+
+async def test_wait_ready_needs_the_model_list(server: ScriptedServer) -> None:
+    server.plan.openai_models_route = False
+    with pytest.raises(TargetError, match=r"waited for /v1/models \(last: HTTP 404\)"):
+        await wait_ready(TargetSpec(url=server.url), timeout_s=0.1, poll_s=0.02)
+
+
+@pytest.mark.parametrize("style", ["vllm", "llamacpp"])
+async def test_tokenize_remote_speaks_both_dialects(server: ScriptedServer, style: str) -> None:
+    server.plan.tokenize_style = style
+    spec = TargetSpec(url=server.url)
+    assert await tokenize_remote(spec, "tiny", "one two three") == 4  # three words + BOS
+    async with aiohttp.ClientSession() as session:
+        assert await tokenize_remote(spec, None, "one two", session=session) == 3
+
+
+async def test_tokenize_remote_without_the_route(server: ScriptedServer) -> None:
+    server.plan.tokenize_style = None
+    assert await tokenize_remote(TargetSpec(url=server.url), "tiny", "x") is None
+
+
+def test_base_url_forms() -> None:
+    for url in ("http://h:8000", "http://h:8000/", "http://h:8000/v1", "http://h:8000/v1/", "h:8000"):
+        assert base_url(TargetSpec(url=url)) == "http://h:8000"
+
+
+def test_secrets_are_redacted() -> None:
+    spec = TargetSpec(url="http://u:pw-123@h", api_key="sk-abc", headers={"X-Api-Key": "k-9", "X-Team": "t"})
+    assert set(secrets_of(spec)) == {"sk-abc", "pw-123", "k-9"}
+    assert redact("sk-abc/k-9/pw-123/t", secrets_of(spec)) == "<redacted>/<redacted>/<redacted>/t"

@@ -18,10 +18,11 @@ Matching rules, and why:
 
 * Names match exactly: ``vllm:num_requests_waiting`` must not pick up
   ``vllm:num_requests_waiting_by_reason`` (a breakdown of the same requests, which would double them).
-* Counters are named by their base name. prometheus_client's parser strips ``_total`` from a counter
-  *family* name and adds it to a typed counter's *sample* name (TGI's ``tgi_request_count`` is read
-  back as sample ``tgi_request_count_total``), while an untyped sample keeps whatever the server
-  wrote. Lookups therefore try ``base_total`` first, then ``base``.
+* Counters are named by their base name (gauges too may carry ``_total``, see ``_lookup``).
+  prometheus_client's parser strips ``_total`` from a counter *family* name and adds it to a
+  typed counter's *sample* name (TGI's ``tgi_request_count`` is read back as sample
+  ``tgi_request_count_total``), while an untyped sample keeps whatever the server wrote.
+  Lookups therefore try ``base_total`` first, then ``base``.
 * A quantity lists alternative names (v1 before v0); the first one present wins, so a server that
   publishes both ``kv_cache_usage_perc`` and the deprecated ``gpu_cache_usage_perc`` is not doubled.
 * Several label sets of one name (data-parallel engines, several models) are summed for counts and
@@ -165,6 +166,18 @@ SGLANG = EngineMap(
     info_kinds=("server_info",),
 )
 
+def _llamacpp_derive(index: MetricIndex) -> dict[str, float]:
+    """Busy slots summed over decode calls: llama.cpp publishes only their lifetime average per
+    call, but average x calls is a counter, whose delta over a window gives the window's own
+    average batch (see summary: ``busy_slots_per_decode_window``)."""
+    per_decode = _lookup(index, _g("", "llamacpp:n_busy_slots_per_decode"))
+    calls = _lookup(index, _c("", "llamacpp:n_decode"))
+    if not per_decode or not calls:
+        return {}
+    value = per_decode[0][1] * calls[0][1]
+    return {"busy_slots_total": value} if math.isfinite(value) else {}
+
+
 LLAMACPP = EngineMap(
     name="llamacpp",
     prefix="llamacpp:",
@@ -180,6 +193,7 @@ LLAMACPP = EngineMap(
         _g("prompt_tokens_per_s", "llamacpp:prompt_tokens_seconds", combine="mean"),
         _g("predicted_tokens_per_s", "llamacpp:predicted_tokens_seconds", combine="mean"),
     ),
+    derive=_llamacpp_derive,
     info_kinds=("props", "slots"),
 )
 
@@ -287,7 +301,9 @@ def engine_names_present(text: str) -> set[str]:
 
 def _lookup(index: MetricIndex, q: Quantity) -> list[tuple[dict[str, str], float]] | None:
     for name in q.names:
-        candidates = (name + "_total", name) if q.kind == "counter" else (name,)
+        # A server may type a gauge as a counter (llama.cpp does for n_busy_slots_per_decode),
+        # and the parser then renames its sample to "<name>_total".
+        candidates = (name + "_total", name) if q.kind == "counter" else (name, name + "_total")
         for candidate in candidates:
             series = index.get(candidate)
             if series:
@@ -384,8 +400,9 @@ def info_values(engine: str, kind: str, payload: Any) -> dict[str, float]:
 # -- kinds, for summaries ----------------------------------------------------------------------------
 
 def _kinds() -> tuple[dict[str, Kind], dict[str, Kind]]:
-    exact: dict[str, Kind] = {"cap": "static", "kv_capacity_tokens": "static", "num_gpu_blocks": "static",
-                              "block_size": "static", "max_concurrent_requests": "static"}
+    exact: dict[str, Kind] = {"busy_slots_total": "counter", "cap": "static", "kv_capacity_tokens": "static",
+                              "num_gpu_blocks": "static", "block_size": "static",
+                              "max_concurrent_requests": "static"}
     prefixes: dict[str, Kind] = {}
     for engine in ENGINES:
         for q in engine.quantities:

@@ -23,6 +23,8 @@ Static quantities (cap, kv_capacity_tokens) take the last value known at the win
 
 Keys of the result: ``<gauge>_mean``, ``<gauge>_max``, ``<gauge>_min``, ``<counter>_delta``,
 ``<counter>_rate`` (per second), ``<static>``, and ``samples`` (samples inside the window).
+For llama.cpp, ``busy_slots_per_decode_window`` = busy slots / decode calls over the window: the
+mean decoding batch, where the server's own gauge averages over its whole lifetime.
 """
 
 from __future__ import annotations
@@ -163,5 +165,8 @@ def summarize(samples: Sequence[TelemetrySample], start_ns: int, end_ns: int) ->
             stats = gauge_stats(points, start_ns, end_ns)
             if stats is not None:
                 values.update({f"{key}_mean": stats.mean, f"{key}_max": stats.max, f"{key}_min": stats.min})
+    calls = values.get("decode_calls_delta")
+    if calls and "busy_slots_total_delta" in values:
+        values["busy_slots_per_decode_window"] = values["busy_slots_total_delta"] / calls
     values["samples"] = float(sum(1 for s in samples if start_ns <= s.t_ns <= end_ns))
     return TelemetrySummary(engine=engine, values=values)

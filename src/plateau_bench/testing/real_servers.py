@@ -20,7 +20,6 @@ answers 200, failing early with the log's tail if the process exits. Only 127.0.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import signal
@@ -147,6 +146,11 @@ def health_ok(url: str) -> bool:
         return False
 
 
+# Servers this process started, by PID: polling the Popen reaps an exited server (no zombie for kill(0)
+# to mistake for a live one), and holding it avoids Popen's "still running" warning when it is collected.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def spawn(command: Sequence[str], log_path: Path, env: dict[str, str]) -> int:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
@@ -158,15 +162,14 @@ def spawn(command: Sequence[str], log_path: Path, env: dict[str, str]) -> int:
             env=env,
             start_new_session=True,  # own process group: stopping it by PID also ends its workers
         )
+    _children[process.pid] = process
     return process.pid
 
 
 def process_alive(pid: int) -> bool:
-    # The server is our child: reap it if it exited, otherwise it lingers as a zombie that kill(0) sees.
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
+    child = _children.get(pid)
+    if child is not None:
+        return child.poll() is None
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -182,14 +185,15 @@ def stop_process(pid: int, timeout_s: float = 30.0) -> None:
         except ProcessLookupError:
             return
         if _group_gone_within(pid, timeout_s):
-            return
+            break
+    _children.pop(pid, None)
 
 
 def _group_gone_within(pid: int, timeout_s: float) -> bool:
     # Workers can outlive the leader briefly, so wait for the whole group, not just the PID.
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        process_alive(pid)  # reaps the leader if it is our child
+        process_alive(pid)  # reaps the leader if it is our child, else it lingers as a zombie
         try:
             os.killpg(pid, 0)
         except ProcessLookupError:

@@ -1,0 +1,241 @@
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import msgspec
+import pytest
+
+from plateau_bench.analysis.compare import (
+    Curve,
+    RunData,
+    compare_runs,
+    curve_of,
+    find_crossovers,
+    interpolate_log2,
+    users_at_target,
+)
+from plateau_bench.analysis.slo import parse_slo
+from plateau_bench.errors import ConfigError, ResultsError
+from plateau_bench.records import Latency, LevelResult, RequestRecord
+
+GRID = (1, 2, 4, 8, 12, 16, 24, 32, 64, 128, 256)
+MS = 1_000_000
+
+
+def level(c: int, thr: float, *, ttft_ms: float | None = 100.0, tpot_ms: float | None = 20.0,
+          ci: float | None = None, mode: str = "burst") -> LevelResult:
+    return LevelResult(label=f"C={c}", mode=mode, concurrency=c, output_throughput=thr, request_throughput=c / 10,
+                       duration_s=10.0, window_end_s=10.0, throughput_ci_rel=ci,
+                       ttft_ms=Latency(p50=ttft_ms, p90=ttft_ms, p99=ttft_ms),
+                       tpot_ms=Latency(p50=tpot_ms, p90=tpot_ms, p99=tpot_ms))
+
+
+def run(name: str, thr: Sequence[float], grid: Sequence[int] = GRID, **kw: object) -> RunData:
+    return RunData(name, tuple(level(c, t) for c, t in zip(grid, thr, strict=True)), **kw)  # type: ignore[arg-type]
+
+
+def saturating(top: float, half: float, grid: Sequence[int] = GRID) -> list[float]:
+    """A throughput curve that rises and saturates at ``top`` (half of it at C=``half``)."""
+    return [top * c / (c + half) for c in grid]
+
+
+def curve(r: RunData) -> Curve:
+    return curve_of(r)
+
+
+def test_interpolation_is_linear_in_log2_and_never_extrapolates() -> None:
+    xs, ys = [1, 4, 16], [10.0, 30.0, 50.0]
+    assert interpolate_log2(xs, ys, 4) == 30.0
+    assert interpolate_log2(xs, ys, 2) == pytest.approx(20.0)   # halfway in log2 between 1 and 4
+    assert interpolate_log2(xs, ys, 8) == pytest.approx(40.0)
+    assert interpolate_log2(xs, ys, 0.5) is None
+    assert interpolate_log2(xs, ys, 32) is None
+
+
+def test_no_crossover_when_one_curve_leads_everywhere() -> None:
+    a, b = run("a", saturating(4000, 20)), run("b", saturating(2000, 20))
+    pair = find_crossovers(curve(a), curve(b))
+    assert pair.crossovers == ()
+    assert pair.leader_low == pair.leader_high == "a"
+    assert pair.common_range == (1, 256)
+
+
+def test_one_crossover_lies_in_its_bracket_where_the_curves_meet() -> None:
+    # b starts lower but saturates higher: it overtakes a between two measured levels.
+    a, b = run("a", saturating(2600, 30)), run("b", saturating(4000, 55))
+    ca, cb = curve(a), curve(b)
+    pair = find_crossovers(ca, cb)
+    assert len(pair.crossovers) == 1
+    x = pair.crossovers[0]
+    assert (x.leader_below, x.leader_above) == ("a", "b")
+    lo, hi = x.bracket
+    assert lo < x.concurrency < hi and lo in GRID and hi in GRID
+    assert GRID.index(hi) == GRID.index(lo) + 1
+    assert ca.at(x.concurrency) == pytest.approx(cb.at(x.concurrency))
+    assert x.per_user_tok_s == pytest.approx(x.throughput / x.concurrency)
+    # The measured levels on either side agree with who leads.
+    assert ca.at(lo) > cb.at(lo) and ca.at(hi) < cb.at(hi)  # type: ignore[operator]
+
+
+def test_two_crossovers_when_curves_cross_twice() -> None:
+    base = saturating(3000, 20)
+    bumped = [t * (1.3 if 8 <= c <= 32 else 0.9) for c, t in zip(GRID, base, strict=True)]
+    pair = find_crossovers(curve(run("a", base)), curve(run("b", bumped)))
+    assert [(x.leader_below, x.leader_above) for x in pair.crossovers] == [("a", "b"), ("b", "a")]
+    assert pair.crossovers[0].bracket == (4, 8)
+    assert pair.crossovers[1].bracket == (32, 64)
+    assert pair.leader_low == pair.leader_high == "a"
+
+
+def test_identical_runs_tie_everywhere() -> None:
+    thr = saturating(3000, 20)
+    comp = compare_runs([run("a", thr), run("b", thr)])
+    pair = comp.pairs[0]
+    assert pair.crossovers == () and pair.leader_low is None
+    assert all(row.values[0] == row.values[1] for row in comp.aligned)
+
+
+def test_a_lead_within_the_noise_is_a_tie() -> None:
+    grid = (1, 2, 4, 8, 16)
+    a = RunData("a", tuple(level(c, 100.0 * c, ci=0.05) for c in grid))
+    wiggle = {4: 1.02, 8: 1.01}   # b ahead by 1-2 % at two levels, inside +-5 % CIs
+    b = RunData("b", tuple(level(c, 100.0 * c * wiggle.get(c, 0.8), ci=0.05) for c in grid))
+    pair = find_crossovers(curve(a), curve(b))
+    assert pair.crossovers == ()
+    assert pair.leader_low == pair.leader_high == "a"
+
+
+def test_alignment_interpolates_where_grids_differ() -> None:
+    a = run("a", [100.0, 400.0], grid=(1, 4))
+    b = run("b", [150.0, 300.0], grid=(2, 8))
+    comp = compare_runs([a, b])
+    rows = {row.concurrency: row for row in comp.aligned}
+    assert set(rows) == {1, 2, 4, 8}
+    assert rows[2].values[0] == pytest.approx(250.0) and rows[2].measured == (False, True)
+    assert rows[1].values[1] is None and rows[8].values[0] is None   # never extrapolated
+    assert comp.pairs[0].common_range == (2, 4)
+
+
+def test_a_single_level_run_is_compared_without_crossover() -> None:
+    a = run("a", saturating(3000, 20))
+    single = run("one", [900.0], grid=(16,))
+    comp = compare_runs([a, single])
+    pair = comp.pairs[0]
+    assert pair.common_range == (16, 16) and pair.crossovers == ()
+    assert pair.leader_low == ("a" if curve(a).at(16) > 900 else "one")  # type: ignore[operator]
+    assert comp.runs[1].plateau is None and comp.runs[1].best_concurrency == 16
+
+
+def test_disjoint_ranges_have_no_common_range() -> None:
+    pair = find_crossovers(curve(run("a", [1.0, 2.0], grid=(1, 2))), curve(run("b", [3.0, 4.0], grid=(8, 16))))
+    assert pair.common_range is None and pair.crossovers == ()
+
+
+def test_crossovers_for_every_pair() -> None:
+    runs = [run("a", saturating(2000, 10)), run("b", saturating(3000, 30)), run("c", saturating(4000, 60))]
+    comp = compare_runs(runs)
+    assert [(p.first, p.second) for p in comp.pairs] == [("a", "b"), ("a", "c"), ("b", "c")]
+
+
+def _slo_runs() -> list[RunData]:
+    # TTFT grows with concurrency; "fast" has a lower TTFT but a lower ceiling.
+    fast = RunData("fast", tuple(level(c, 100.0 * min(c, 32), ttft_ms=50.0 * c) for c in GRID))
+    big = RunData("big", tuple(level(c, 80.0 * min(c, 128), ttft_ms=200.0 * c) for c in GRID))
+    return [fast, big]
+
+
+def test_slo_capacity_and_winner_per_profile() -> None:
+    comp = compare_runs(_slo_runs(), [parse_slo("ttft_p99=2s"), parse_slo("ttft_p99=100ms")])
+    loose, tight = comp.slo
+    fast, big = loose.runs
+    assert fast.max_concurrency == 32 and big.max_concurrency == 8
+    assert fast.max_throughput == 3200.0 and big.max_throughput == 640.0
+    assert loose.winner == "fast"
+    # Level-wide goodput without saved requests: all requests per second when the level meets.
+    assert [lv.goodput_rps > 0 for lv in fast.levels] == [lv.meets for lv in fast.levels]
+    assert {lv.goodput_source for lv in fast.levels} == {"level"}
+    assert tight.runs[1].max_concurrency is None and tight.winner == "fast"
+
+
+def test_goodput_from_requests_counts_requests_meeting_every_bound() -> None:
+    lv = level(2, 100.0, ttft_ms=900.0)
+    good = RequestRecord(index=0, scheduled_ns=0, sent_ns=0, first_token_ns=500 * MS, end_ns=2000 * MS,
+                         output_tokens=10)
+    late = RequestRecord(index=1, scheduled_ns=0, sent_ns=0, first_token_ns=1500 * MS, end_ns=3000 * MS,
+                         output_tokens=10)
+    with_requests = RunData("r", (lv,), requests={"C=2": [good, late]})
+    other = RunData("o", (level(2, 50.0),))
+    comp = compare_runs([with_requests, other], [parse_slo("ttft_p99=1s")])
+    row = comp.slo[0].runs[0].levels[0]
+    assert row.goodput_source == "requests"
+    assert row.goodput_rps == pytest.approx(1 / lv.duration_s)
+
+
+def test_cost_per_million_tokens_and_per_gpu() -> None:
+    # $3.60/GPU-hour on one GPU is $0.001/s; at 1,000 tok/s a million tokens take 1,000 s: $1.
+    flat = RunData("flat", tuple(level(c, 1000.0) for c in (1, 2, 4, 8)))
+    double = RunData("double", tuple(level(c, 1000.0) for c in (1, 2, 4, 8)))
+    comp = compare_runs([flat, double], [parse_slo("ttft_p99=1s")], gpu_cost=3.6, gpus=[1, 2])
+    one, two = comp.runs
+    assert one.cost_per_mtok == pytest.approx(1.0)
+    assert two.cost_per_mtok == pytest.approx(2.0)
+    assert two.tok_s_per_gpu == pytest.approx(500.0)
+    assert one.slo_cost_per_mtok == (pytest.approx(1.0),)
+
+
+def test_users_at_a_latency_target() -> None:
+    # TPOT grows with C; at 101 tokens E2E = 100 ms + 100 x TPOT.
+    cv = curve(RunData("r", tuple(level(c, 10.0 * c, tpot_ms=10.0 + c) for c in GRID)))
+    target_ms = 100 + 100 * (10 + 20)          # met at C=16 (2,700 ms), missed at C=24 (3,500 ms)
+    users = users_at_target(cv, 101, target_ms)
+    assert 16 <= users.users < 24 and not users.at_least
+    estimates = dict(users.estimates_ms)
+    assert estimates[16] <= target_ms < estimates[24]  # type: ignore[operator]
+    assert users_at_target(cv, 101, 1e9).at_least
+    assert users_at_target(cv, 101, 1.0).users == 0
+
+
+def test_workload_differences_are_warned() -> None:
+    a = run("a", [1.0, 2.0], grid=(1, 2), spec={"workload": {"input_len": 128, "output_len": 512},
+                                              "target": {"endpoint": "completions"}})
+    b = run("b", [1.0, 2.0], grid=(1, 2), spec={"workload": {"input_len": 128, "output_len": 256},
+                                              "target": {"endpoint": "chat"}})
+    warnings = compare_runs([a, b]).warnings
+    assert len(warnings) == 2
+    assert "output_len (a=512, b=256)" in warnings[0]
+    assert "endpoint" in warnings[1]
+    assert compare_runs([a, a.__class__("c", a.levels, a.spec)]).warnings == ()
+
+
+@pytest.mark.parametrize("kwargs,fragment", [
+    ({"gpu_cost": -1.0, "gpus": [1, 1]}, "must not be negative"),
+    ({"gpu_cost": 2.5, "gpus": [4]}, "give one per run"),
+    ({"gpu_cost": 2.5}, "needs --gpus"),
+    ({"response_tokens": 100}, "go together"),
+])
+def test_bad_options_are_one_sentence(kwargs: dict[str, object], fragment: str) -> None:
+    runs = [run("a", [1.0], grid=(1,)), run("b", [2.0], grid=(1,))]
+    with pytest.raises(ConfigError, match=fragment):
+        compare_runs(runs, **kwargs)  # type: ignore[arg-type]
+
+
+def test_one_run_is_not_a_comparison() -> None:
+    with pytest.raises(ConfigError, match="at least two runs"):
+        compare_runs([run("a", [1.0], grid=(1,))])
+
+
+def test_missing_slo_metric_is_a_results_error() -> None:
+    runs = [run("a", [1.0], grid=(1,)), run("b", [2.0], grid=(1,))]
+    with pytest.raises(ResultsError, match="no itl_p99 measurements"):
+        compare_runs(runs, [parse_slo("itl_p99=50ms")])
+
+
+def test_to_dict_is_plain_json() -> None:
+    comp = compare_runs(_slo_runs(), [parse_slo("ttft_p99=2s")], gpu_cost=2.5, gpus=[4, 8],
+                        response_tokens=512, target_latency_s=30.0)
+    data = msgspec.json.decode(msgspec.json.encode(comp.to_dict()))
+    assert [r["name"] for r in data["runs"]] == ["fast", "big"]
+    assert data["slo"][0]["winner"] == "fast"
+    assert data["users"]["stat"] == "p90" and len(data["users"]["runs"]) == 2
+    assert all(math.isfinite(row["concurrency"]) for row in data["aligned"])

@@ -1,0 +1,107 @@
+"""NVML sampling: absent library, failing init, and the reading path through a stand-in NVML module."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import types
+from typing import Any
+
+import pytest
+
+from plateau_bench.telemetry.gpu import NVML_UNAVAILABLE, GpuPoller, open_nvml, readings_to_raw
+from plateau_bench.telemetry.summary import summarize
+
+
+class NotSupported(Exception):
+    pass
+
+
+def stand_in_nvml(*, init_error: str | None = None, gpus: int = 2) -> types.ModuleType:
+    """A module with pynvml's call names; GPU 1 cannot report power, as some boards cannot."""
+    m = types.ModuleType("stand_in_nvml")
+    m.NVML_CLOCK_SM = 1  # type: ignore[attr-defined]
+    m.shutdowns = 0  # type: ignore[attr-defined]
+
+    def init() -> None:
+        if init_error:
+            raise RuntimeError(init_error)
+
+    def shutdown() -> None:
+        m.shutdowns += 1  # type: ignore[attr-defined]
+
+    def power(h: int) -> int:
+        if h == 1:
+            raise NotSupported("Not Supported")
+        return 350_500   # mW
+
+    def clock(h: int, kind: int) -> int:
+        assert kind == 1
+        return 1980 - 10 * h
+
+    m.nvmlInit = init  # type: ignore[attr-defined]
+    m.nvmlShutdown = shutdown  # type: ignore[attr-defined]
+    m.nvmlDeviceGetCount = lambda: gpus  # type: ignore[attr-defined]
+    m.nvmlDeviceGetHandleByIndex = lambda i: i  # type: ignore[attr-defined]
+    m.nvmlDeviceGetPowerUsage = power  # type: ignore[attr-defined]
+    m.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=90 + h, memory=40)  # type: ignore[attr-defined]
+    m.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(used=(h + 1) * 2**30, total=80 * 2**30)  # type: ignore[attr-defined]
+    m.nvmlDeviceGetClockInfo = clock  # type: ignore[attr-defined]
+    return m
+
+
+@pytest.fixture
+def install(monkeypatch: pytest.MonkeyPatch) -> Any:
+    def put(module: types.ModuleType) -> str:
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        return module.__name__
+    return put
+
+
+def test_missing_library_gives_none_and_a_note() -> None:
+    sampler, note = open_nvml("plateau_bench_no_such_nvml")
+    assert sampler is None
+    assert note.startswith(NVML_UNAVAILABLE) and "not installed" in note
+
+
+def test_failing_init_gives_none_and_the_reason(install: Any) -> None:
+    sampler, note = open_nvml(install(stand_in_nvml(init_error="Driver Not Loaded")))
+    assert sampler is None and note == f"{NVML_UNAVAILABLE} (Driver Not Loaded)"
+
+
+def test_no_gpu(install: Any) -> None:
+    module = stand_in_nvml(gpus=0)
+    sampler, note = open_nvml(install(module))
+    assert sampler is None and "no GPU" in note and module.shutdowns == 1  # type: ignore[attr-defined]
+
+
+def test_readings_per_gpu_with_an_unsupported_field(install: Any) -> None:
+    module = stand_in_nvml()
+    sampler, note = open_nvml(install(module))
+    assert sampler is not None and note == "" and sampler.count == 2
+    first, second = sampler.read()
+    assert (first.power_w, first.util_pct, first.mem_used_bytes, first.sm_clock_mhz) == (350.5, 90, 2**30, 1980)
+    assert second.power_w is None   # omitted, not zero
+    raw = readings_to_raw([first, second])
+    assert raw["gpu0_power_w"] == 350.5 and "gpu1_power_w" not in raw
+    assert raw["gpu1_mem_used_gib"] == 2.0 and raw["gpu1_sm_clock_mhz"] == 1970
+    assert raw["gpu_power_w"] == 350.5 and raw["gpu_util_pct"] == 90.5
+    sampler.close()
+    sampler.close()
+    assert module.shutdowns == 1  # type: ignore[attr-defined]
+
+
+async def test_poller_samples_in_a_thread_and_summarizes_as_gauges(install: Any) -> None:
+    sampler, _ = open_nvml(install(stand_in_nvml()))
+    assert sampler is not None
+    poller = GpuPoller(sampler, interval_s=0.01, t0_ns=0, clock_ns=lambda: 5)
+    await poller.start()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while len(poller.samples) < 3:
+        assert loop.time() < deadline
+        await asyncio.sleep(0.01)
+    samples = await poller.stop()
+    assert all(s.source == "gpu" and s.engine == "nvml" and s.t_ns == 5 for s in samples)
+    values = summarize(samples, 0, 10).values
+    assert values["gpu0_power_w_mean"] == 350.5 and values["gpu_util_pct_max"] == 90.5

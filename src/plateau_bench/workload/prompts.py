@@ -1,0 +1,105 @@
+"""The prompts of a run: synthetic with exact lengths, or read from a dataset.
+
+Lengths: with ``--range-ratio r`` each prompt's input and output lengths are drawn uniformly from
+the integers in ``[int(len * (1 - r)), int(len * (1 + r))]`` (at least 1), as vLLM's random
+dataset does; ``r = 0`` gives every prompt the same lengths.
+
+Determinism: one ``numpy`` generator seeded with ``--seed`` draws, in this order, the input
+lengths, the output lengths, then the text. The same seed and the same tokenizer (or the same
+server answers) therefore give the same prompts, byte for byte.
+
+How text is made depends on the counter (see ``tokens``): ``tokenized`` for a local tokenizer
+(exact), ``wordtext`` for the server's ``/tokenize`` (exact where verified) and for the estimate.
+Datasets are shuffled with the seed and counted with the same counter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from plateau_bench.spec import WorkloadSpec
+from plateau_bench.workload.dataset import load_dataset
+from plateau_bench.workload.tokenized import exact_texts
+from plateau_bench.workload.tokens import LocalTokenizer, RemoteCounter, TokenCounter
+from plateau_bench.workload.wordtext import estimate_texts, remote_texts
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One request's input. ``prompt_tokens`` is exact, or expected when the source is an estimate."""
+
+    text: str
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The prompts plus how their counts were obtained and how accurate they are."""
+
+    prompts: list[Prompt]
+    token_source: str
+    accuracy: dict[str, Any] = field(default_factory=dict)
+
+
+def sample_lengths(rng: np.random.Generator, mean: int, ratio: float, n: int) -> list[int]:
+    """``n`` integers uniform in ``[int(mean*(1-ratio)), int(mean*(1+ratio))]``, each >= 1."""
+    lo = max(1, int(mean * (1.0 - ratio)))
+    hi = max(lo, int(mean * (1.0 + ratio)))
+    return [int(x) for x in rng.integers(lo, hi + 1, n)]
+
+
+async def synthesize(workload: WorkloadSpec, n: int, *, counter: TokenCounter) -> Workload:
+    """Build ``n`` prompts (fewer if a dataset has fewer; the load loop reuses them cyclically)."""
+    workload.validate()
+    rng = np.random.default_rng(workload.seed)
+    if workload.dataset:
+        return await _from_dataset(workload, n, counter, rng)
+    inputs = sample_lengths(rng, workload.input_len, workload.range_ratio, n)
+    outputs = sample_lengths(rng, workload.output_len, workload.range_ratio, n)
+    accuracy: dict[str, Any]
+    if isinstance(counter, LocalTokenizer):
+        exact = exact_texts(counter, inputs, rng)
+        texts, counts = exact.texts, exact.counts
+        accuracy = {
+            "method": "token ids, exact by construction" if exact.rounds == 0
+            else "token ids, decode/re-encode corrected",
+            "misses": exact.misses,
+            "rounds": exact.rounds,
+            "verified": exact.verified,
+            "pool_tokens": exact.pool_tokens,
+            "candidate_tokens": exact.candidates,
+        }
+    elif isinstance(counter, RemoteCounter):
+        texts, counts, accuracy = await remote_texts(counter, inputs, rng)
+    else:
+        texts, counts = estimate_texts(inputs, rng), inputs
+        accuracy = {"method": "words, one token per word expected"}
+    prompts = [Prompt(t, c, o) for t, c, o in zip(texts, counts, outputs, strict=True)]
+    return Workload(prompts, counter.source, accuracy)
+
+
+async def _from_dataset(
+    workload: WorkloadSpec, n: int, counter: TokenCounter, rng: np.random.Generator
+) -> Workload:
+    assert workload.dataset is not None
+    entries = load_dataset(workload.dataset)
+    order = rng.permutation(len(entries))[: max(n, 0)]
+    chosen = [entries[int(i)] for i in order]
+    counts = await counter.count_many([e.prompt for e in chosen])
+    prompts: list[Prompt] = []
+    for entry, count in zip(chosen, counts, strict=True):
+        output = entry.output_len
+        if output is None and entry.reference_output is not None and isinstance(counter, LocalTokenizer):
+            output = max(1, counter.count_text(entry.reference_output))
+        prompts.append(Prompt(entry.prompt, count, output or workload.output_len))
+    return Workload(prompts, counter.source, {"method": "dataset", "dataset": workload.dataset,
+                                              "entries": len(entries)})
+
+
+async def build_prompts(workload: WorkloadSpec, n: int, *, counter: TokenCounter) -> list[Prompt]:
+    """The prompts alone; see ``synthesize`` for the accuracy report."""
+    return (await synthesize(workload, n, counter=counter)).prompts

@@ -24,7 +24,7 @@ from plateau_bench.report.results import load_levels, load_requests, load_summar
 from plateau_bench.spec import parse_duration, parse_int_list
 from plateau_bench.sweep import search_config_of
 
-MAX_COLUMNS = 7
+MAX_COLUMNS = 6
 
 
 def run_names(paths: Sequence[Path]) -> list[str]:
@@ -75,18 +75,19 @@ def comparison_table(comp: Comparison, columns: Sequence[int] | None = None) -> 
     """Output tok/s per run at the shown levels (``~`` marks an interpolated value), plateau and knee."""
     cols = list(columns) if columns is not None else display_levels(comp)
     rows = {row.concurrency: row for row in comp.aligned}
-    table = Table(header_style="bold", pad_edge=False, box=None)
-    table.add_column("out tok/s")
+    table = Table(title="Output tok/s by concurrency (~ interpolated)", title_justify="left",
+                  header_style="bold", pad_edge=False, box=None)
+    table.add_column("run")
     for c in cols:
         table.add_column(f"C={c}", justify="right")
-    table.add_column("plateau", justify="right")
+    table.add_column("plateau", justify="right", no_wrap=True)
     table.add_column("knee", justify="right")
     with_gpus = any(r.gpus for r in comp.runs)
     with_cost = any(r.cost_per_mtok is not None for r in comp.runs)
     if with_gpus:
-        table.add_column("tok/s/GPU", justify="right")
+        table.add_column("tok/s/GPU", justify="right", no_wrap=True)
     if with_cost:
-        table.add_column("$/1M tok", justify="right")
+        table.add_column("$/1M", justify="right")
     for i, run in enumerate(comp.runs):
         cells: list[str | Text] = [Text(run.name)]
         for c in cols:
@@ -130,11 +131,12 @@ def comparison_lines(comp: Comparison) -> list[str]:
         lines.extend(_pair_lines(pair))
     for res in comp.slo:
         parts = []
-        for cap in res.runs:
+        for i, cap in enumerate(res.runs):
             if cap.max_concurrency is None:
                 parts.append(f"{cap.run} meets it at no measured level")
             else:
-                parts.append(f"{cap.run} serves up to C={cap.max_concurrency} ({_num(cap.max_throughput)} tok/s)")
+                verb = "serves up to" if i == 0 else "up to"
+                parts.append(f"{cap.run} {verb} C={cap.max_concurrency} ({_num(cap.max_throughput)} tok/s)")
         verdict = f" -> {res.winner}" if res.winner else " -> none"
         lines.append(f"Under {res.label}: {', '.join(parts)}{verdict}.")
     if comp.gpu_cost is not None:

@@ -33,6 +33,7 @@ Matching rules, and why:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -260,15 +261,48 @@ def _line_name(line: str) -> str:
     return line[:end]
 
 
-def prefilter(text: str, keep: Callable[[str], bool] = is_wanted) -> str:
-    """Keep only the exposition lines whose metric name ``keep`` accepts.
+def _trie_regex(words: Iterable[str]) -> str:
+    """An alternation of ``words`` factored by common prefix, so the regex engine decides on
+    each character once instead of trying every word in turn (a flat alternation of ~100 names
+    costs as much as the per-line loop it replaces)."""
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        branches = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch]
+        optional = "" in node
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 and not optional else "(?:" + "|".join(branches) + ")"
+        return body + "?" if optional else body
+
+    return emit(trie)
+
+
+def _wanted_line_pattern() -> re.Pattern[str]:
+    suffixed = [f"{re.escape(p)}[A-Za-z0-9_:]*{re.escape(s)}" for p, s in _WANTED_SUFFIXES]
+    alternatives = "|".join([_trie_regex(_WANTED), *suffixed])
+    # a sample or HELP/TYPE line whose metric name is exactly one of the wanted names
+    return re.compile(rf"[ \t]*(?:#[ \t]+(?:HELP|TYPE)[ \t]+)?(?:{alternatives})[{{ \t]")
+
+
+_WANTED_LINE = _wanted_line_pattern()
+
+
+def prefilter(text: str) -> str:
+    """Keep only the exposition lines whose metric name ``is_wanted`` accepts.
 
     A vLLM /metrics page is mostly histogram buckets we never read; dropping them before the
     official parser runs cuts the parse time by an order of magnitude, which matters because the
-    scraper shares the event loop with the load generator.
+    scraper shares the event loop with the load generator. Each line is tested with one
+    compiled regular expression (see ``_trie_regex``).
     """
-    kept = [line for line in text.splitlines() if (name := _line_name(line.strip())) and keep(name)]
-    return "\n".join(kept) + "\n"
+    match = _WANTED_LINE.match
+    return "\n".join(line for line in text.splitlines() if match(line)) + "\n"
 
 
 def parse_exposition(text: str, *, filtered: bool = True) -> MetricIndex:

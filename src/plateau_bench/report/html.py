@@ -179,11 +179,13 @@ def _cell(lv: LevelResult, name: str) -> str:
 
 
 def _level_table(run: ReportRun) -> str:
-    text_cols = {"level", "mode"}
-    head = "".join(f'<th class="{"t" if n in text_cols else ""}">{label}</th>' for n, label in _HTML_COLUMNS)
+    def align(name: str) -> str:
+        return ' class="t"' if name in ("level", "mode") else ""
+
+    head = "".join(f"<th{align(n)}>{label}</th>" for n, label in _HTML_COLUMNS)
     rows = []
     for lv in run.levels:
-        cells = "".join(f'<td class="{"t" if n in text_cols else ""}">{_cell(lv, n)}</td>' for n, _ in _HTML_COLUMNS)
+        cells = "".join(f"<td{align(n)}>{_cell(lv, n)}</td>" for n, _ in _HTML_COLUMNS)
         cls = ' class="failed"' if lv.level_failed else ""
         rows.append(f"<tr{cls}>{cells}</tr>")
     return f'<div class="tablewrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'

@@ -222,3 +222,11 @@ def test_default_metrics_url() -> None:
 def test_bad_interval_is_refused() -> None:
     with pytest.raises(ValueError):
         TelemetryScraper("http://127.0.0.1:1/metrics", interval_s=0)
+
+
+async def test_stopping_before_the_first_scrape_still_takes_one(metrics_server: Start) -> None:
+    server = await metrics_server(MetricsPlan(metrics=vllm_page))
+    scraper = TelemetryScraper(server.metrics_url, extra_endpoints={})
+    await scraper.start()
+    samples = await scraper.stop()   # no await point in between: the loop never ran
+    assert scraper.available is True and len(samples) == 1

@@ -185,7 +185,10 @@ class TelemetryScraper:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-            if final_scrape and self.available:
+            if self.available is None:
+                # a level shorter than the first scrape: decide availability now, with one sample
+                await self._first()
+            elif final_scrape and self.available:
                 await self._scrape(timeout_s=min(self.timeout_s, 1.0))
         if self._own_session and self._session is not None:
             await self._session.close()
@@ -280,7 +283,7 @@ class TelemetryScraper:
             if not url:
                 continue
             try:
-                status, body = await self._get(url, self.timeout_s)
+                status, body = await self._get(url, min(self.timeout_s, 1.0))
                 payload: Any = json.loads(body) if status == 200 else None
             except asyncio.CancelledError:
                 raise

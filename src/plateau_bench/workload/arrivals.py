@@ -57,4 +57,4 @@ def iter_arrival_offsets_ns(rate: float, *, burstiness: float = 1.0, seed: int =
     while True:
         for gap in _gaps_s(rng, rate, burstiness, _CHUNK):
             t_s += float(gap)
-            yield int(round(t_s * NS))
+            yield round(t_s * NS)

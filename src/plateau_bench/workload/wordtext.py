@@ -80,7 +80,7 @@ async def remote_texts(
         return [], [], {"method": "words+server_tokenize", "verified": 0}
     intercept, per_word = await _calibrate(counter, rng, int(np.mean(targets)))
     special = round(intercept)
-    plans = [word_ids(rng, int(round(t / per_word * 1.25)) + 16) for t in targets]
+    plans = [word_ids(rng, round(t / per_word * 1.25) + 16) for t in targets]
     n_words = [max(1, round(t / per_word)) for t in targets]
     n_verify = min(len(targets), verify_budget)
     if n_verify == len(targets):

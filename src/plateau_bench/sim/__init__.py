@@ -1,0 +1,30 @@
+"""The simulated engine ("the twin"): scheduler, step-time model, presets, HTTP server.
+
+Public API::
+
+    get_preset(name) -> EngineConfig, list_presets()
+    Engine(config, *, chunks=False, trace=False, on_finish=None)     # virtual time, pure
+    simulate_level(config, level, workload, *, chunks=False, trace=False) -> SimResult
+    start_sim_server(config, *, host="127.0.0.1", port=0, speed=1.0, metrics=True) -> SimServerHandle
+"""
+
+from __future__ import annotations
+
+from plateau_bench.sim.config import EngineConfig
+from plateau_bench.sim.engine import Engine, EngineState, RequestRejected, StepRecord
+from plateau_bench.sim.level import SimResult, simulate_level
+from plateau_bench.sim.presets import get_preset, list_presets
+from plateau_bench.sim.step_model import StepModel
+
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "EngineState",
+    "RequestRejected",
+    "SimResult",
+    "StepModel",
+    "StepRecord",
+    "get_preset",
+    "list_presets",
+    "simulate_level",
+]

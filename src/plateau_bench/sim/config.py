@@ -1,0 +1,111 @@
+"""The simulated engine's configuration: scheduler limits, KV cache, step-time model.
+
+``EngineConfig`` mirrors the knobs of a vLLM/SGLang deployment that shape a throughput curve:
+
+* ``max_num_seqs``: the admission cap (vLLM ``--max-num-seqs``, SGLang ``--max-running-requests``).
+* ``max_num_batched_tokens``: the per-step token budget (vLLM ``--max-num-batched-tokens``,
+  SGLang ``--chunked-prefill-size``); prefills longer than what is left are chunked.
+* ``kv_tokens`` / ``block_size``: KV-cache capacity, allocated in blocks of ``block_size`` tokens.
+* ``policy``: ``"mixed"`` is vLLM v1 (decodes and chunked prefill share a step); ``"prefill_first"``
+  is SGLang's default (a step is either a prefill batch, run whenever waiting requests can be
+  admitted, or a decode batch).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from plateau_bench.errors import ConfigError
+from plateau_bench.sim.step_model import StepModel
+
+Policy = Literal["mixed", "prefill_first"]
+
+
+class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    step: StepModel
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_tokens: int
+    block_size: int = 16
+    max_model_len: int = 32768
+    policy: Policy = "mixed"
+    model_name: str = "sim-model"
+    description: str = ""
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        return self.kv_tokens // self.block_size
+
+    def validate(self) -> None:
+        """Raise ConfigError for settings no engine could run with.
+
+        A cap of 0 is accepted on purpose: the HTTP server then answers every request with a 400,
+        which is what tests of the error paths need.
+        """
+        if self.max_num_seqs < 0:
+            raise ConfigError(f"--max-num-seqs must be >= 0 (got {self.max_num_seqs})")
+        if self.block_size < 1:
+            raise ConfigError(f"block size must be >= 1 (got {self.block_size})")
+        if self.kv_tokens < self.block_size:
+            raise ConfigError(f"--kv-tokens must hold at least one block of {self.block_size} tokens "
+                              f"(got {self.kv_tokens})")
+        if self.max_num_batched_tokens < max(self.max_num_seqs, 1):
+            raise ConfigError(
+                f"--max-num-batched-tokens ({self.max_num_batched_tokens}) must be >= --max-num-seqs "
+                f"({self.max_num_seqs}): every running sequence needs one token per step")
+        if self.max_model_len < 2:
+            raise ConfigError(f"--max-model-len must be >= 2 (got {self.max_model_len})")
+        if self.step.t0 <= 0 or min(self.step.a, self.step.b, self.step.c) < 0:
+            raise ConfigError("step-time coefficients must be >= 0, with t0 > 0")
+
+    def with_overrides(
+        self,
+        *,
+        max_num_seqs: int | None = None,
+        kv_tokens: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        max_model_len: int | None = None,
+        t0_ms: float | None = None,
+        a_ms: float | None = None,
+        b_ms: float | None = None,
+        c_us: float | None = None,
+    ) -> EngineConfig:
+        """A copy with the given settings replaced, validated.
+
+        Raising the cap above the token budget raises the budget with it (vLLM refuses a budget
+        below the cap); an explicit ``max_num_batched_tokens`` is kept as given.
+        """
+        changes: dict[str, object] = {}
+        if max_num_seqs is not None:
+            changes["max_num_seqs"] = max_num_seqs
+            if max_num_batched_tokens is None and max_num_seqs > self.max_num_batched_tokens:
+                changes["max_num_batched_tokens"] = max_num_seqs
+        if kv_tokens is not None:
+            changes["kv_tokens"] = kv_tokens
+        if max_num_batched_tokens is not None:
+            changes["max_num_batched_tokens"] = max_num_batched_tokens
+        if max_model_len is not None:
+            changes["max_model_len"] = max_model_len
+        step_changes: dict[str, float] = {}
+        if t0_ms is not None:
+            step_changes["t0"] = t0_ms / 1e3
+        if a_ms is not None:
+            step_changes["a"] = a_ms / 1e3
+        if b_ms is not None:
+            step_changes["b"] = b_ms / 1e3
+        if c_us is not None:
+            step_changes["c"] = c_us / 1e6
+        if step_changes:
+            changes["step"] = msgspec.structs.replace(self.step, **step_changes)
+        out = msgspec.structs.replace(self, **changes) if changes else self
+        out.validate()
+        return out
+
+    def overrides_from(self, base: EngineConfig) -> dict[str, object]:
+        """The settings that differ from ``base`` (for labelling what-if results)."""
+        mine = msgspec.to_builtins(self)
+        theirs = msgspec.to_builtins(base)
+        return {k: v for k, v in mine.items() if theirs.get(k) != v and k not in ("description",)}

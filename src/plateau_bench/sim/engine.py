@@ -1,0 +1,497 @@
+"""The simulated continuous-batching engine: a vLLM-v1-style scheduler in virtual time.
+
+Each call to the scheduler plans one *step* (one forward pass of the model):
+
+1. Requests whose arrival time has come move to the waiting queue (FCFS).
+2. Every running decode sequence gets one token of the step's budget (``max_num_batched_tokens``)
+   and, when its next token starts a new KV block, one more block. When the cache has no free
+   block, the most recently admitted running request is **preempted** (recompute mode, as in
+   vLLM v1): its blocks are freed and it goes back to the head of the waiting queue. Tokens it
+   already sent stay sent; prompt and sent tokens are recomputed as a prefill when it returns.
+3. Partially prefilled requests continue (chunked prefill), then waiting requests are admitted in
+   order while ``running < max_num_seqs``, budget is left and their first chunk's blocks fit.
+   Under ``policy="prefill_first"`` (SGLang) a step holds either prefill chunks or decodes.
+4. The step lasts ``StepModel.step_time(decode_seqs, prefill_tokens, kv_tokens_read)``. When it
+   ends, each decode sequence has one more token and each completed prefill samples its first
+   (or, after a preemption, its next) token.
+
+Speed: a decoding request is not touched per step. Its token count is arithmetic on a global
+decode-step counter ``G`` (``sent = sent_at_join + G - g_at_join``), finishes come from a heap
+keyed by the step at which they happen, KV blocks are counted per residue class of the context
+length modulo ``block_size`` (the classes that cross a block boundary at step ``G`` are known),
+and while the batch composition cannot change (no prefill, nothing admissible, no arrival, no
+finish, no block shortage) the engine jumps over many decode steps with the closed form of
+``StepModel.decode_run_time``. Only requests that start, finish or are preempted cost Python work.
+
+The engine never sleeps and does no I/O: ``run_until(t)`` advances the virtual clock to ``t``.
+A step that would end after ``t`` stays planned (admission and preemption already applied) and
+is committed by a later call, so a real-time driver (the HTTP server) sees tokens when the step
+that produced them ends.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+from typing import NamedTuple
+
+from plateau_bench.sim.config import EngineConfig
+
+PENDING, WAITING, PREFILL, DECODE, DONE = range(5)
+_INF = float("inf")
+
+
+class RequestRejected(Exception):  # noqa: N818 - an outcome, reported as an HTTP 400 by the server
+    """The engine can never serve this request (too long, larger than the KV cache, cap 0)."""
+
+
+class StepRecord(NamedTuple):
+    """One engine step, for traces. ``blocked`` says why waiting requests were not admitted."""
+
+    t_start: float
+    duration: float
+    decode_seqs: int
+    prefill_tokens: int
+    kv_blocks_used: int
+    waiting: int
+    running: int
+    preempted: int
+    blocked: str          # "" (none waiting) | "cap" | "budget" | "kv"
+    blocked_need: int     # blocks the blocked request needed (when blocked == "kv")
+
+
+class EngineState(NamedTuple):
+    now: float
+    running: int
+    waiting: int
+    kv_blocks_used: int
+    num_gpu_blocks: int
+    block_size: int
+    kv_usage: float
+    preemptions: int
+    prompt_tokens_total: int
+    generation_tokens_total: int
+
+
+class SimRequest:
+    """One request inside the engine. Times are virtual seconds."""
+
+    __slots__ = ("arrival", "base_g", "blocks", "computed", "end", "epoch", "first_token", "key",
+                 "output", "payload", "preemptions", "prompt", "rid", "sent", "state", "times", "worker")
+
+    def __init__(self, rid: int, prompt: int, output: int, arrival: float, worker: int,
+                 payload: object) -> None:
+        self.rid = rid
+        self.prompt = prompt
+        self.output = output
+        self.arrival = arrival
+        self.worker = worker
+        self.payload = payload
+        self.state = PENDING
+        self.sent = 0          # tokens sent; while decoding: tokens sent when it joined the batch
+        self.computed = 0      # tokens in KV (not maintained while decoding: see ``key``)
+        self.blocks = 0        # KV blocks held (not maintained while decoding)
+        self.base_g = 0        # decode-step counter when it joined the decode batch
+        self.key = 0           # computed - G while decoding
+        self.epoch = 0         # invalidates stale heap entries after a preemption
+        self.first_token = -1.0
+        self.end = -1.0
+        self.preemptions = 0
+        self.times: list[float] | None = None
+
+
+class _Plan:
+    __slots__ = ("blocked", "blocked_need", "dt", "k", "n_decode", "preempted", "prefills", "t_start")
+
+    def __init__(self) -> None:
+        self.t_start = 0.0
+        self.dt = 0.0
+        self.k = 1
+        self.n_decode = 0
+        self.prefills: list[tuple[SimRequest, int]] = []
+        self.preempted = 0
+        self.blocked = ""
+        self.blocked_need = 0
+
+
+FinishCallback = Callable[[SimRequest], None]
+
+
+class Engine:
+    """See the module docstring. ``on_finish`` is called once per request when it ends."""
+
+    def __init__(self, config: EngineConfig, *, chunks: bool = False, trace: bool = False,
+                 on_finish: FinishCallback | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.on_finish = on_finish
+        self.chunks = chunks
+        self.trace: list[StepRecord] | None = [] if trace else None
+        self.now = 0.0
+        self._bs = config.block_size
+        self._num_blocks = config.num_gpu_blocks
+        self._cap = config.max_num_seqs
+        self._budget = config.max_num_batched_tokens
+        self._mixed = config.policy == "mixed"
+        self._model = config.step
+        self._g = 0
+        self._next_rid = 0
+        self._pending: list[tuple[float, int, SimRequest]] = []
+        self._waiting: deque[SimRequest] = deque()
+        self._running: dict[int, SimRequest] = {}          # admission order
+        self._prefilling: list[SimRequest] = []            # running, not yet decoding, admission order
+        self._decode_heap: list[tuple[int, int, int, SimRequest]] = []  # (finish G, rid, epoch, req)
+        self._n_decode = 0
+        self._phase = [0] * self._bs                      # decoders per (context - G) mod block_size
+        self._key_sum = 0                                  # sum of (context - G) over decoders
+        self._blocks_used = 0
+        self._decode_times: list[float] = []               # end time of decode step g at index g-1
+        self._inflight: _Plan | None = None
+        self.preemptions = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0
+
+    # -- public API ---------------------------------------------------------------------
+    def submit(self, prompt_tokens: int, max_tokens: int, *, arrival: float | None = None,
+               worker: int = -1, payload: object = None) -> SimRequest:
+        """Queue a request arriving at ``arrival`` (default: now). Raises RequestRejected."""
+        cfg = self.config
+        if max_tokens < 1:
+            raise RequestRejected(f"max_tokens must be at least 1, got {max_tokens}.")
+        if prompt_tokens < 1:
+            raise RequestRejected("the prompt is empty.")
+        if prompt_tokens + max_tokens > cfg.max_model_len:
+            raise RequestRejected(
+                f"This model's maximum context length is {cfg.max_model_len} tokens. However, you "
+                f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
+                f"{max_tokens} in the completion).")
+        if self._cap == 0:
+            raise RequestRejected("the engine admits no requests (max_num_seqs is 0).")
+        needed = -(-(prompt_tokens + max_tokens - 1) // self._bs)
+        if needed > self._num_blocks:
+            raise RequestRejected(
+                f"the request needs {prompt_tokens + max_tokens - 1} KV-cache tokens but the cache holds "
+                f"{self._num_blocks * self._bs}.")
+        req = SimRequest(self._next_rid, prompt_tokens, max_tokens,
+                         self.now if arrival is None else max(arrival, self.now), worker, payload)
+        self._next_rid += 1
+        if self.chunks:
+            req.times = []
+        if req.arrival <= self.now and self._inflight is None:
+            req.state = WAITING
+            self._waiting.append(req)
+        else:
+            heapq.heappush(self._pending, (req.arrival, req.rid, req))
+        return req
+
+    def sent_tokens(self, req: SimRequest) -> int:
+        """Tokens this request has produced so far (as of the last committed step)."""
+        if req.state == DECODE:
+            return req.sent + self._g - req.base_g
+        return req.sent
+
+    def state(self) -> EngineState:
+        used = self._blocks_used
+        return EngineState(self.now, len(self._running), len(self._waiting) + len(self._pending), used,
+                           self._num_blocks, self._bs, used / self._num_blocks, self.preemptions,
+                           self.prompt_tokens_total, self.generation_tokens_total)
+
+    def next_event_time(self) -> float | None:
+        """When the engine next has something to do: the planned step's end, or the next arrival."""
+        if self._inflight is not None:
+            return self._inflight.t_start + self._inflight.dt
+        if self._running or self._waiting:
+            return self.now
+        if self._pending:
+            return self._pending[0][0]
+        return None
+
+    @property
+    def idle(self) -> bool:
+        return not (self._running or self._waiting or self._pending or self._inflight)
+
+    def run(self) -> None:
+        """Run until every submitted request has finished (callbacks may submit more)."""
+        self.run_until(_INF)
+
+    def run_until(self, t_limit: float) -> None:
+        """Commit every step that ends at or before ``t_limit``; leave the clock at ``t_limit``
+        when the engine is idle (a finite limit), else at the start of the planned step."""
+        while True:
+            plan = self._inflight
+            if plan is None:
+                plan = self._plan(t_limit)
+                if plan is None:
+                    if self._pending and self._pending[0][0] <= t_limit:
+                        self.now = max(self.now, self._pending[0][0])
+                        continue
+                    if t_limit != _INF:
+                        self.now = max(self.now, t_limit)
+                    return
+            if plan.t_start + plan.dt > t_limit:
+                self._inflight = plan
+                return
+            self._inflight = None
+            self._commit(plan)
+
+    # -- scheduling ---------------------------------------------------------------------
+    def _pull_arrivals(self) -> None:
+        pending = self._pending
+        while pending and pending[0][0] <= self.now:
+            req = heapq.heappop(pending)[2]
+            req.state = WAITING
+            self._waiting.append(req)
+
+    def _plan(self, t_limit: float) -> _Plan | None:
+        if self._pending:
+            self._pull_arrivals()
+        if not self._running and not self._waiting:
+            return None
+        plan = _Plan()
+        plan.t_start = self.now
+        if self._mixed:
+            if self._n_decode:
+                self._allocate_decode(plan)
+            self._plan_prefill(plan, self._budget - self._n_decode)
+        else:
+            self._plan_prefill(plan, self._budget)
+            if not plan.prefills and self._n_decode:
+                self._allocate_decode(plan)
+        plan.n_decode = n_decode = self._n_decode if (self._mixed or not plan.prefills) else 0
+        prefill_tokens = 0
+        kv_read = 0
+        for req, chunk in plan.prefills:
+            prefill_tokens += chunk
+            kv_read += req.computed
+        if n_decode:
+            kv_read += self._key_sum + n_decode * self._g
+        model = self._model
+        plan.dt = model.step_time(n_decode, prefill_tokens, kv_read)
+        if n_decode and not plan.prefills and not plan.preempted:
+            self._extend_to_jump(plan, t_limit, kv_read)
+        return plan
+
+    def _allocate_decode(self, plan: _Plan) -> None:
+        """Give every decoder its block for this step, preempting the newest requests if needed."""
+        bs = self._bs
+        while True:
+            need = self._phase[-self._g % bs]
+            if need <= self._num_blocks - self._blocks_used:
+                self._blocks_used += need
+                return
+            victim = self._running[next(reversed(self._running))]
+            self._preempt(victim)
+            plan.preempted += 1
+            if not self._n_decode:
+                return
+
+    def _plan_prefill(self, plan: _Plan, budget: int) -> None:
+        bs = self._bs
+        free = self._num_blocks - self._blocks_used
+        prefills = plan.prefills
+        i = 0
+        while i < len(self._prefilling) and budget > 0:
+            req = self._prefilling[i]
+            chunk = min(req.prompt + req.sent - req.computed, budget)
+            new_blocks = -(-(req.computed + chunk) // bs) - req.blocks
+            if new_blocks > free and not self._n_decode:
+                # Only prefills hold the cache: the oldest may evict younger ones (they are the newest).
+                while new_blocks > free and self._prefilling[-1] is not req:
+                    self._preempt(self._prefilling[-1])
+                    plan.preempted += 1
+                    free = self._num_blocks - self._blocks_used
+            if new_blocks > free:
+                plan.blocked, plan.blocked_need = ("kv", new_blocks) if self._waiting else ("", 0)
+                return
+            req.blocks += new_blocks
+            self._blocks_used += new_blocks
+            free -= new_blocks
+            budget -= chunk
+            prefills.append((req, chunk))
+            i += 1
+        waiting = self._waiting
+        running = self._running
+        cap = self._cap
+        while waiting:
+            if len(running) >= cap:
+                plan.blocked = "cap"
+                return
+            if budget <= 0:
+                plan.blocked = "budget"
+                return
+            req = waiting[0]
+            chunk = min(req.prompt + req.sent, budget)
+            blocks = -(-chunk // bs)
+            if blocks > free:
+                plan.blocked, plan.blocked_need = "kv", blocks
+                return
+            waiting.popleft()
+            req.state = PREFILL
+            req.computed = 0
+            req.blocks = blocks
+            self._blocks_used += blocks
+            free -= blocks
+            budget -= chunk
+            running[req.rid] = req
+            self._prefilling.append(req)
+            prefills.append((req, chunk))
+
+    def _extend_to_jump(self, plan: _Plan, t_limit: float, kv0: int) -> None:
+        """Turn a pure-decode step into ``k`` identical-composition steps when nothing can change."""
+        g = self._g
+        k = self._decode_heap[0][0] - g if self._decode_heap else 1
+        if k <= 1:
+            return
+        # Blocks: step 1 is already allocated; steps 2..k need the decoders crossing a boundary.
+        free = self._num_blocks - self._blocks_used
+        bs = self._bs
+        phase = self._phase
+        n = self._n_decode
+        full_cycles = free // n if n else k
+        fit = 1 + full_cycles * bs
+        spent = full_cycles * n
+        if fit < k:
+            j = fit
+            while j < k:
+                spent += phase[-(g + j) % bs]
+                if spent > free:
+                    break
+                j += 1
+            fit = j
+        k = min(k, fit)
+        model = self._model
+        if t_limit != _INF:
+            k = min(k, max(1, model.decode_steps_within(t_limit - self.now, n, kv0)))
+        if self._pending:
+            gap = self._pending[0][0] - self.now
+            within = model.decode_steps_within(gap, n, kv0)
+            if model.decode_run_time(within, n, kv0) < gap:
+                within += 1
+            k = min(k, max(1, within))
+        if k <= 1:
+            return
+        extra = 0
+        for j in range(1, k):
+            extra += phase[-(g + j) % bs]
+        self._blocks_used += extra
+        plan.k = k
+        plan.dt = model.decode_run_time(k, n, kv0)
+
+    def _preempt(self, req: SimRequest) -> None:
+        del self._running[req.rid]
+        if req.state == DECODE:
+            computed = req.key + self._g
+            self._leave_decode(req)
+            self._blocks_used -= -(-computed // self._bs)
+        else:
+            self._prefilling.remove(req)
+            self._blocks_used -= req.blocks
+        req.state = WAITING
+        req.computed = 0
+        req.blocks = 0
+        req.preemptions += 1
+        self.preemptions += 1
+        self._waiting.appendleft(req)
+
+    def _leave_decode(self, req: SimRequest) -> None:
+        g = self._g
+        if req.times is not None:
+            req.times.extend(self._decode_times[req.base_g:g])
+        req.sent += g - req.base_g
+        req.epoch += 1
+        self._n_decode -= 1
+        self._phase[req.key % self._bs] -= 1
+        self._key_sum -= req.key
+
+    # -- committing ---------------------------------------------------------------------
+    def _commit(self, plan: _Plan) -> None:
+        t0 = plan.t_start
+        self.now = end = t0 + plan.dt
+        n = plan.n_decode
+        if n:
+            k = plan.k
+            if self.chunks or self.trace is not None:
+                self._record_steps(plan)
+            self._g += k
+            self.generation_tokens_total += k * n
+        elif self.trace is not None:
+            self._record_steps(plan)
+        finished: list[SimRequest] = []
+        for req, chunk in plan.prefills:
+            req.computed += chunk
+            if req.computed < req.prompt + req.sent:
+                continue
+            self._prefilling.remove(req)
+            req.sent += 1
+            self.generation_tokens_total += 1
+            if req.first_token < 0:
+                req.first_token = end
+                self.prompt_tokens_total += req.prompt
+            if req.times is not None:
+                req.times.append(end)
+            if req.sent >= req.output:
+                del self._running[req.rid]
+                self._blocks_used -= req.blocks
+                finished.append(req)
+                continue
+            req.state = DECODE
+            req.base_g = self._g
+            req.key = key = req.computed - self._g
+            req.epoch += 1
+            self._n_decode += 1
+            self._phase[key % self._bs] += 1
+            self._key_sum += key
+            heapq.heappush(self._decode_heap, (self._g + req.output - req.sent, req.rid, req.epoch, req))
+        heap = self._decode_heap
+        g = self._g
+        while heap and heap[0][0] <= g:
+            _, _, epoch, req = heapq.heappop(heap)
+            if epoch != req.epoch or req.state != DECODE:
+                continue
+            computed = req.key + g
+            self._leave_decode(req)
+            del self._running[req.rid]
+            self._blocks_used -= -(-computed // self._bs)
+            finished.append(req)
+        # Stale entries of preempted requests would otherwise hide the next real finish.
+        while heap and (heap[0][2] != heap[0][3].epoch or heap[0][3].state != DECODE):
+            heapq.heappop(heap)
+        for req in finished:
+            req.state = DONE
+            req.end = end
+            if self.on_finish is not None:
+                self.on_finish(req)
+
+    def _record_steps(self, plan: _Plan) -> None:
+        """Per-step end times (chunk mode) and trace rows, for the ``k`` steps of a plan."""
+        model = self._model
+        n = plan.n_decode
+        t = plan.t_start
+        kv0 = self._key_sum + n * self._g
+        prefill_tokens = sum(c for _, c in plan.prefills)
+        used = self._blocks_used
+        if plan.k > 1:
+            # Undo the jump's extra allocations so each row shows the blocks used at its own step.
+            bs = self._bs
+            used -= sum(self._phase[-(self._g + j) % bs] for j in range(1, plan.k))
+        for j in range(plan.k):
+            if plan.k == 1:
+                dt = plan.dt
+            else:
+                dt = model.step_time(n, 0, kv0 + j * n)
+                if j:
+                    used += self._phase[-(self._g + j) % self._bs]
+            if self.chunks and n:
+                self._decode_times.append(t + dt)
+            if self.trace is not None:
+                first = j == 0
+                self.trace.append(StepRecord(
+                    t, dt, n, prefill_tokens if first else 0, used,
+                    len(self._waiting) + sum(1 for p in self._pending if p[0] <= t), len(self._running),
+                    plan.preempted if first else 0, plan.blocked if first else
+                    ("" if not self._waiting else plan.blocked), plan.blocked_need))
+            t += dt
+        if plan.k > 1 and self.chunks and n:
+            # Keep the last step's end identical to the committed clock despite float rounding.
+            self._decode_times[-1] = plan.t_start + plan.dt

@@ -1,0 +1,60 @@
+"""How long one engine step takes: ``t = t0 + a*decode_seqs + b*prefill_tokens + c*kv_tokens_read``.
+
+The four coefficients are the calibrated form of the roofline shape used by published serving
+simulators (Vidur, LLMServingSim): a fixed per-step cost ``t0`` (weights streamed once per step,
+kernel launches, collective latency), a per-sequence decode cost ``a`` (per-token GEMM work,
+all-reduce volume, sampling), a per-prompt-token prefill cost ``b`` and an attention cost ``c``
+per KV-cache token read. A step's KV read is the context every scheduled sequence attends to.
+
+Besides the single step, the model gives the closed form for ``k`` consecutive pure-decode steps
+with a fixed batch of ``D`` sequences, whose KV read grows by ``D`` tokens per step:
+
+    T(k) = k * (t0 + a*D + c*K0) + c*D*k*(k-1)/2
+
+which lets the engine jump over many steps at once when the batch composition does not change.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+
+class StepModel(msgspec.Struct, frozen=True, kw_only=True):
+    """Step-time coefficients, all in seconds (per step, per sequence, per token)."""
+
+    t0: float
+    a: float = 0.0
+    b: float = 0.0
+    c: float = 0.0
+
+    def step_time(self, decode_seqs: int, prefill_tokens: int, kv_tokens_read: int) -> float:
+        return self.t0 + self.a * decode_seqs + self.b * prefill_tokens + self.c * kv_tokens_read
+
+    def decode_run_time(self, k: int, decode_seqs: int, kv0: int) -> float:
+        """Total time of ``k`` pure-decode steps of ``decode_seqs`` sequences starting at KV ``kv0``."""
+        first = self.t0 + self.a * decode_seqs + self.c * kv0
+        return k * first + self.c * decode_seqs * k * (k - 1) / 2.0
+
+    def decode_steps_within(self, budget_s: float, decode_seqs: int, kv0: int) -> int:
+        """The largest ``k`` with ``decode_run_time(k) <= budget_s`` (0 when not even one fits)."""
+        if budget_s <= 0:
+            return 0
+        first = self.t0 + self.a * decode_seqs + self.c * kv0
+        growth = self.c * decode_seqs / 2.0
+        if growth <= 0:
+            k = int(budget_s / first) if first > 0 else 1 << 40
+        else:
+            lin = first - growth
+            k = int((-lin + math.sqrt(lin * lin + 4.0 * growth * budget_s)) / (2.0 * growth))
+        # The float solution may be off by one either way: settle it exactly.
+        while k > 0 and self.decode_run_time(k, decode_seqs, kv0) > budget_s:
+            k -= 1
+        while self.decode_run_time(k + 1, decode_seqs, kv0) <= budget_s:
+            k += 1
+        return k
+
+    def describe(self) -> str:
+        return (f"t = {self.t0 * 1e3:.3g} ms + {self.a * 1e6:.3g} us/seq + {self.b * 1e6:.3g} us/prefill token"
+                f" + {self.c * 1e9:.3g} ns/KV token read")

@@ -13,9 +13,8 @@ from plateau_bench.telemetry.engines import (
     extract,
     info_values,
     kind_of,
-    parse_exposition,
-    prefilter,
 )
+from plateau_bench.telemetry.exposition import _WANTED, is_wanted, parse_exposition, prefilter
 
 
 def mapped(name: str) -> tuple[str | None, dict[str, float], dict[str, float]]:
@@ -197,3 +196,20 @@ def test_running_is_the_sum_over_label_sets(per_engine: dict[str, int]) -> None:
     values, _ = extract(engine, index)
     assert values["running"] == sum(per_engine.values())
     assert values["generation_tokens"] == 3 * sum(per_engine.values())
+
+
+wanted_names = sorted(_WANTED)
+name_variants = st.builds(
+    lambda base, cut, suffix: base[: len(base) - cut] + suffix,
+    st.sampled_from([*wanted_names, "vllm:cache_config_info", "vllm:scheduler_config_info"]),
+    st.sampled_from([0, 0, 0, 1, 6]),
+    st.sampled_from(["", "", "_total", "_created", "_bucket", "_by_reason", "x", ":", "_info"]),
+)
+
+
+@given(name_variants, st.sampled_from(["sample", "help", "type"]))
+def test_prefilter_keeps_a_line_exactly_when_its_name_is_wanted(name: str, form: str) -> None:
+    line = {"sample": f'{name}{{engine="0",le="+Inf"}} 1.0',
+            "help": f"# HELP {name} Some help text.",
+            "type": f"# TYPE {name} gauge"}[form]
+    assert (prefilter(line) == line + "\n") == is_wanted(name)

@@ -14,8 +14,8 @@ from plateau_bench.telemetry.engines import (
     detect_engine,
     extract,
     info_values,
-    parse_exposition,
 )
+from plateau_bench.telemetry.exposition import parse_exposition, prefilter
 from plateau_bench.telemetry.gpu import NVML_UNAVAILABLE, GpuPoller, GpuReading, NvmlSampler, open_nvml
 from plateau_bench.telemetry.samples import SOURCE_GPU, SOURCE_SERVER, TelemetrySample, samples_from_lines
 from plateau_bench.telemetry.scraper import (
@@ -58,6 +58,7 @@ __all__ = [
     "info_values",
     "open_nvml",
     "parse_exposition",
+    "prefilter",
     "samples_from_lines",
     "summarize",
     "time_weighted_mean",

@@ -1,7 +1,7 @@
 """Scrape a server's Prometheus /metrics during a load level, without ever disturbing the load.
 
 Every ``interval_s`` (0.5 s by default) the scraper GETs the metrics URL, keeps only the lines
-the engine maps read (``engines.prefilter``), parses them with prometheus_client's official text
+the engine maps read (``exposition.prefilter``), parses them with prometheus_client's official text
 parser, and stores a ``TelemetrySample`` stamped at the midpoint of the request (the moment the
 server rendered the page lies between send and receive; the midpoint is the unbiased guess).
 Scrapes run back to back on a fixed schedule: a slow scrape delays the next one instead of
@@ -42,11 +42,10 @@ from plateau_bench.telemetry.engines import (
     CANONICAL,
     EngineMap,
     detect_engine,
-    engine_names_present,
     extract,
     info_values,
-    parse_exposition,
 )
+from plateau_bench.telemetry.exposition import engine_names_present, parse_exposition
 from plateau_bench.telemetry.samples import TelemetrySample
 
 DEFAULT_INTERVAL_S = 0.5

@@ -1,0 +1,294 @@
+"""Load loops: how requests are released to the target during one level.
+
+* **burst**: ``num_requests`` requests (default ``C``) over ``C`` closed-loop workers. With
+  ``num_requests == C`` every request leaves at once: the classic benchmark, kept for comparability.
+* **steady** (closed loop): ``C`` workers, each sending its next request as soon as its previous
+  one ended, until ``num_requests`` have been sent or ``duration_s`` has passed. After the
+  duration nothing new is sent and in-flight requests finish (drain); the analysis cuts ramp-up
+  and drain out of the measurement window.
+* **rate** (open loop): requests leave at the times of a gamma/Poisson schedule
+  (``workload.arrivals``) whatever the server does, optionally bounded by ``max_concurrency``
+  (a semaphore). A request held back by the bound is sent late; the record keeps its
+  ``scheduled_ns`` so the send lag (``sent_ns - scheduled_ns``) measures the hold-up. After the
+  duration, arrivals still waiting for the semaphore are not sent (counted as ``unsent``).
+
+``scheduled_ns`` elsewhere: the first request of each closed-loop worker is scheduled at the start
+of the measured phase (a burst is "all at once"), later ones when their worker became free, so the
+lag exposes a load generator too slow to release requests on time.
+
+Warm-up: ``warmup`` requests go first, at concurrency ``min(C, warmup)``, flagged ``warmup=True``;
+the analysis excludes them. Prompts are taken cyclically by request index, and indices continue
+from the warm-up into the measured phase, so warm-up prompts are not re-sent (and cached) at once.
+
+Times: ``t0_ns`` is the level start on ``clock_ns``; every time handed to the sender and stored
+on records is relative to it (the sender must be built with the same ``t0_ns``).
+
+Stopping early: setting ``stop`` (e.g. on Ctrl-C, or once the estimate is precise enough) ends
+the level at once: nothing new is sent, in-flight requests are cancelled, and the records
+finished so far are returned. Requests cut off that way are not measurements and are dropped,
+whether the sender raises ``CancelledError`` or returns a record with the ``cancelled`` error.
+Cancelling the ``run_level`` task itself does the same cleanup and re-raises; every finished
+record has already gone through ``on_record``.
+
+The sender is a ``Sender`` (the streaming HTTP client, the twin in process, or a test fake): the
+loops never touch the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from plateau_bench.errors import ErrorClass
+from plateau_bench.records import RequestRecord
+from plateau_bench.spec import LevelSpec
+from plateau_bench.workload.arrivals import iter_arrival_offsets_ns
+from plateau_bench.workload.prompts import Prompt
+
+NS = 1_000_000_000
+
+OnRecord = Callable[[RequestRecord], None]
+
+
+class Sender(Protocol):
+    """Sends one request and returns its record; per-request failures are on the record."""
+
+    async def send(self, *, index: int, prompt: str, prompt_tokens: int, max_tokens: int, scheduled_ns: int,
+                   worker: int = -1, warmup: bool = False) -> RequestRecord: ...
+
+
+@dataclass
+class LoadProgress:
+    """Live counters of one level, updated by the loop; read them for a progress view."""
+
+    phase: str = "warmup"      # "warmup" | "measure" | "done"
+    sent: int = 0
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    completed: int = 0         # finished without error (warm-up included)
+    failed: int = 0
+    output_tokens: int = 0     # of finished requests
+    prompt_tokens: int = 0
+    unsent: int = 0            # open-loop arrivals dropped after the duration
+    cancelled: int = 0         # in-flight requests cut off by a stop
+
+
+async def run_level(
+    sender: Sender,
+    prompts: Sequence[Prompt],
+    level: LevelSpec,
+    *,
+    t0_ns: int,
+    clock_ns: Callable[[], int] = time.monotonic_ns,
+    on_record: OnRecord | None = None,
+    stop: asyncio.Event | None = None,
+    progress: LoadProgress | None = None,
+    seed: int = 0,
+) -> list[RequestRecord]:
+    """Run one level and return its records (warm-up included, flagged) in completion order.
+
+    Args:
+        sender: sends one request (see ``Sender``).
+        prompts: used cyclically by request index.
+        level: mode, concurrency or rate, stop conditions, warm-up.
+        t0_ns: the level start on ``clock_ns``; record times are relative to it.
+        on_record: called with each finished record, as soon as it finishes.
+        stop: set it to end the level early (in-flight requests are cancelled).
+        progress: live counters, updated in place.
+        seed: seed of the open-loop arrival schedule.
+    """
+    if not prompts:
+        raise ValueError("run_level needs at least one prompt")
+    level.validate()
+    return await _LevelRun(sender, prompts, level, t0_ns, clock_ns, on_record, stop,
+                           progress or LoadProgress(), seed).run()
+
+
+class _LevelRun:
+    def __init__(self, sender: Sender, prompts: Sequence[Prompt], level: LevelSpec, t0_ns: int,
+                 clock_ns: Callable[[], int], on_record: OnRecord | None, stop: asyncio.Event | None,
+                 progress: LoadProgress, seed: int) -> None:
+        self.sender = sender
+        self.prompts = prompts
+        self.level = level
+        self.t0_ns = t0_ns
+        self.clock_ns = clock_ns
+        self.on_record = on_record
+        self.stop = stop
+        self.progress = progress
+        self.seed = seed
+        self.records: list[RequestRecord] = []
+        self._next_index = 0
+        self._stopping = False
+        self._failure: BaseException | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def now(self) -> int:
+        return self.clock_ns() - self.t0_ns
+
+    async def run(self) -> list[RequestRecord]:
+        watcher = asyncio.create_task(self._watch_stop()) if self.stop is not None else None
+        try:
+            if self.level.warmup > 0:
+                width = min(self.level.concurrency or self.level.max_concurrency or self.level.warmup,
+                            self.level.warmup)
+                await self._phase(self._closed_loop(width, self.level.warmup, None, warmup=True))
+            self.progress.phase = "measure"
+            if not self._stopping:
+                if self.level.mode == "rate":
+                    await self._phase(self._open_loop())
+                else:
+                    assert self.level.concurrency is not None
+                    deadline = self._deadline(self.now())
+                    await self._phase(self._closed_loop(self.level.concurrency, self.level.total_requests(),
+                                                        deadline, warmup=False))
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            await self._cancel_all()
+            self.progress.phase = "done"
+        if self._failure is not None:
+            raise self._failure
+        return self.records
+
+    # -- phases ---------------------------------------------------------------------------------
+
+    def _deadline(self, start_ns: int) -> int | None:
+        return None if self.level.duration_s is None else start_ns + int(self.level.duration_s * NS)
+
+    async def _phase(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run a phase as a task (so a stop can cancel it) and wait for everything it spawned."""
+        self._spawn(coro)
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def _closed_loop(self, workers: int, count: int | None, deadline_ns: int | None, *,
+                           warmup: bool) -> None:
+        start = self.now()
+        first_index = self._next_index
+        for w in range(workers):
+            self._spawn(self._worker(w, start, first_index, count, deadline_ns, warmup))
+
+    async def _worker(self, worker: int, start_ns: int, first_index: int, count: int | None,
+                      deadline_ns: int | None, warmup: bool) -> None:
+        scheduled = start_ns
+        while not self._stopping:
+            if count is not None and self._next_index - first_index >= count:
+                return
+            if deadline_ns is not None and self.now() >= deadline_ns:
+                return
+            index = self._claim()
+            await self._send(index, worker, scheduled, warmup)
+            scheduled = self.now()
+
+    async def _open_loop(self) -> None:
+        level = self.level
+        assert level.rate is not None
+        start = self.now()
+        deadline = self._deadline(start)
+        count = level.num_requests
+        bound = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
+        arrivals = iter_arrival_offsets_ns(level.rate, burstiness=level.burstiness, seed=self.seed)
+        for n, offset in enumerate(arrivals):
+            scheduled = start + offset
+            if self._stopping or (count is not None and n >= count):
+                return
+            if deadline is not None and scheduled >= deadline:
+                return
+            delay = scheduled - self.now()
+            if delay > 0:
+                await asyncio.sleep(delay / NS)
+            self._spawn(self._arrival(scheduled, bound, deadline))
+
+    async def _arrival(self, scheduled_ns: int, bound: asyncio.Semaphore | None, deadline_ns: int | None) -> None:
+        if bound is None:
+            await self._send(self._claim(), -1, scheduled_ns, False)
+            return
+        async with bound:
+            if self._stopping or (deadline_ns is not None and self.now() >= deadline_ns):
+                self.progress.unsent += 1
+                return
+            await self._send(self._claim(), -1, scheduled_ns, False)
+
+    # -- one request ----------------------------------------------------------------------------
+
+    def _claim(self) -> int:
+        index = self._next_index
+        self._next_index += 1
+        return index
+
+    async def _send(self, index: int, worker: int, scheduled_ns: int, warmup: bool) -> None:
+        prompt = self.prompts[index % len(self.prompts)]
+        p = self.progress
+        p.sent += 1
+        p.in_flight += 1
+        p.peak_in_flight = max(p.peak_in_flight, p.in_flight)
+        try:
+            record = await self.sender.send(index=index, prompt=prompt.text, prompt_tokens=prompt.prompt_tokens,
+                                            max_tokens=prompt.output_tokens, scheduled_ns=scheduled_ns,
+                                            worker=worker, warmup=warmup)
+        except asyncio.CancelledError:
+            p.cancelled += 1
+            raise
+        except Exception as exc:  # a broken sender ends the level; it must not vanish in a task
+            self._fail(exc)
+            return
+        finally:
+            p.in_flight -= 1
+        if self._stopping and record.error == ErrorClass.CANCELLED:
+            p.cancelled += 1
+            return
+        self._deliver(record)
+
+    def _deliver(self, record: RequestRecord) -> None:
+        self.records.append(record)
+        p = self.progress
+        if record.error is None:
+            p.completed += 1
+        else:
+            p.failed += 1
+        p.output_tokens += record.output_tokens
+        p.prompt_tokens += record.prompt_tokens
+        if self.on_record is not None:
+            try:
+                self.on_record(record)
+            except Exception as exc:  # e.g. the result file cannot be written: stop, say why
+                self._fail(exc)
+
+    # -- stopping -------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._failure is None:
+            self._failure = exc
+        self._abort()
+
+    def _abort(self) -> None:
+        self._stopping = True
+        current = asyncio.current_task()
+        for task in list(self._tasks):
+            if task is not current:
+                task.cancel()
+
+    async def _watch_stop(self) -> None:
+        assert self.stop is not None
+        await self.stop.wait()
+        self._abort()
+
+    async def _cancel_all(self) -> None:
+        """Cancel whatever is left (a cancelled ``run_level``) and wait until it is gone."""
+        if not self._tasks:
+            return
+        self._abort()
+        while self._tasks:
+            try:
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            except asyncio.CancelledError:
+                continue  # cancelled again while cleaning up: finish cleaning, the caller re-raises

@@ -1,0 +1,223 @@
+"""Load loops against an in-process sender with a known service time (asyncio.sleep)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+
+import pytest
+
+from plateau_bench.driver.health import HealthSampler, summarize_health
+from plateau_bench.driver.load import LoadProgress, run_level
+from plateau_bench.errors import ErrorClass
+from plateau_bench.records import RequestRecord
+from plateau_bench.spec import LevelSpec
+from plateau_bench.workload.arrivals import arrival_offsets_ns
+from plateau_bench.workload.prompts import Prompt
+
+PROMPTS = [Prompt(f"prompt {i}", 10 + i, 5) for i in range(7)]
+
+
+class FakeSender:
+    """Serves each request in ``service_s``; records what the load loop did."""
+
+    def __init__(self, t0_ns: int, service_s: float = 0.05, *, swallow_cancel: bool = False) -> None:
+        self.t0_ns = t0_ns
+        self.service_s = service_s
+        self.swallow_cancel = swallow_cancel
+        self.in_flight = 0
+        self.seen_in_flight: list[int] = []   # in flight when each request was sent (itself included)
+        self.calls: list[dict[str, object]] = []
+
+    def now(self) -> int:
+        return time.monotonic_ns() - self.t0_ns
+
+    async def send(self, *, index: int, prompt: str, prompt_tokens: int, max_tokens: int, scheduled_ns: int,
+                   worker: int = -1, warmup: bool = False) -> RequestRecord:
+        self.in_flight += 1
+        self.seen_in_flight.append(self.in_flight)
+        self.calls.append({"index": index, "prompt": prompt, "worker": worker, "warmup": warmup})
+        sent = self.now()
+        try:
+            await asyncio.sleep(self.service_s)
+        except asyncio.CancelledError:
+            if not self.swallow_cancel:
+                raise
+            return RequestRecord(index=index, worker=worker, scheduled_ns=scheduled_ns, sent_ns=sent,
+                                 end_ns=self.now(), error=ErrorClass.CANCELLED, warmup=warmup)
+        finally:
+            self.in_flight -= 1
+        end = self.now()
+        return RequestRecord(index=index, worker=worker, scheduled_ns=scheduled_ns, sent_ns=sent, end_ns=end,
+                             first_token_ns=sent + (end - sent) // 2, prompt_tokens=prompt_tokens,
+                             output_tokens=max_tokens, warmup=warmup)
+
+
+def _level(**kw: object) -> LevelSpec:
+    return LevelSpec(**kw)  # type: ignore[arg-type]
+
+
+async def test_burst_sends_everything_at_once() -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0)
+    records = await run_level(sender, PROMPTS, _level(mode="burst", concurrency=16), t0_ns=t0)
+    assert len(records) == 16
+    assert max(sender.seen_in_flight) == 16
+    assert len({r.scheduled_ns for r in records}) == 1
+    assert sorted(r.index for r in records) == list(range(16))
+    assert sorted(r.worker for r in records) == list(range(16))
+
+
+async def test_burst_with_more_requests_than_workers_and_prompts_cycle() -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0, 0.01)
+    records = await run_level(sender, PROMPTS, _level(mode="burst", concurrency=4, num_requests=30), t0_ns=t0)
+    assert len(records) == 30
+    assert max(sender.seen_in_flight) == 4
+    assert all(c["prompt"] == PROMPTS[int(c["index"]) % len(PROMPTS)].text for c in sender.calls)  # type: ignore[call-overload]
+    assert {r.prompt_tokens for r in records} == {p.prompt_tokens for p in PROMPTS}
+
+
+async def test_closed_loop_keeps_exactly_c_in_flight() -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0, 0.01)
+    progress = LoadProgress()
+    records = await run_level(sender, PROMPTS, _level(mode="steady", concurrency=5, num_requests=60), t0_ns=t0,
+                              progress=progress)
+    assert len(records) == 60
+    assert sender.seen_in_flight[:5] == [1, 2, 3, 4, 5]
+    assert set(sender.seen_in_flight[5:]) == {5}
+    assert progress.peak_in_flight == 5 and progress.in_flight == 0 and progress.phase == "done"
+    by_worker: dict[int, list[RequestRecord]] = {}
+    for r in sorted(records, key=lambda r: r.sent_ns):
+        by_worker.setdefault(r.worker, []).append(r)
+    for rs in by_worker.values():  # each worker sends its next request only after the last one ended
+        assert all(a.end_ns <= b.sent_ns for a, b in itertools.pairwise(rs))
+        assert all(b.scheduled_ns >= a.end_ns for a, b in itertools.pairwise(rs))
+
+
+async def test_duration_stops_new_sends_and_drains() -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0, 0.08)
+    progress = LoadProgress()
+    level = _level(mode="steady", concurrency=3, duration_s=0.2)
+    records = await run_level(sender, PROMPTS, level, t0_ns=t0, progress=progress)
+    deadline = int(0.2 * 1e9)
+    assert records and all(r.scheduled_ns < deadline for r in records)
+    assert max(r.end_ns for r in records) > deadline  # in-flight requests were allowed to finish
+    assert len(records) == progress.sent == progress.completed
+    assert all(r.error is None for r in records)
+
+
+async def test_open_loop_follows_schedule_and_respects_max_concurrency() -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0, 0.05)
+    level = _level(mode="rate", rate=400.0, num_requests=24, max_concurrency=3)
+    records = await run_level(sender, PROMPTS, level, t0_ns=t0, seed=4)
+    assert len(records) == 24
+    assert max(sender.seen_in_flight) <= 3
+    scheduled = sorted(r.scheduled_ns for r in records)
+    offsets = arrival_offsets_ns(24, 400.0, seed=4)
+    start = scheduled[0]
+    assert [s - start for s in scheduled] == offsets
+    lags = [r.sent_ns - r.scheduled_ns for r in records]
+    assert min(lags) >= 0
+    # 24 requests of 50 ms through 3 slots take >= 0.4 s, the schedule only 60 ms: the bound held them back
+    assert max(lags) >= int(0.2 * 1e9)
+
+
+async def test_open_loop_duration_leaves_queued_arrivals_unsent() -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0, 0.1)
+    progress = LoadProgress()
+    level = _level(mode="rate", rate=200.0, duration_s=0.15, max_concurrency=2)
+    records = await run_level(sender, PROMPTS, level, t0_ns=t0, progress=progress)
+    assert all(r.sent_ns < int(0.15 * 1e9) + 5_000_000 for r in records)  # none sent well after the end
+    assert progress.unsent > 0
+    assert len(records) == progress.sent
+
+
+async def test_warmup_goes_first_and_is_flagged() -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0, 0.02)
+    records = await run_level(sender, PROMPTS, _level(mode="burst", concurrency=2, num_requests=4, warmup=3),
+                              t0_ns=t0)
+    warm = [r for r in records if r.warmup]
+    measured = [r for r in records if not r.warmup]
+    assert len(warm) == 3 and len(measured) == 4
+    assert max(r.end_ns for r in warm) <= min(r.sent_ns for r in measured)
+    assert max(sender.seen_in_flight[:3]) <= 2
+    assert sorted(r.index for r in records) == list(range(7))
+    assert {r.index for r in warm} == {0, 1, 2}
+
+
+@pytest.mark.parametrize("swallow", [False, True])
+async def test_stop_cancels_in_flight_and_keeps_finished_records(swallow: bool) -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0, 0.05, swallow_cancel=swallow)
+    stop = asyncio.Event()
+    delivered: list[RequestRecord] = []
+    progress = LoadProgress()
+
+    def on_record(r: RequestRecord) -> None:
+        delivered.append(r)
+        if len(delivered) == 6:
+            stop.set()
+
+    level = _level(mode="steady", concurrency=4, duration_s=30.0)
+    records = await run_level(sender, PROMPTS, level, t0_ns=t0, on_record=on_record, stop=stop, progress=progress)
+    assert records == delivered
+    assert len(records) >= 6 and all(r.error is None for r in records)
+    assert progress.cancelled >= 1 and progress.in_flight == 0
+    assert progress.sent == len(records) + progress.cancelled
+    assert sender.in_flight == 0
+
+
+async def test_cancelling_the_level_task_delivers_finished_records_and_cleans_up() -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0, 0.03)
+    delivered: list[RequestRecord] = []
+    task = asyncio.create_task(run_level(sender, PROMPTS, _level(mode="steady", concurrency=3, duration_s=30.0),
+                                         t0_ns=t0, on_record=delivered.append))
+    while len(delivered) < 5:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(delivered) >= 5 and sender.in_flight == 0
+    count = len(delivered)
+    await asyncio.sleep(0.05)
+    assert len(delivered) == count  # nothing keeps running behind the caller's back
+
+
+async def test_on_record_failure_ends_the_level_with_that_error() -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0, 0.01)
+
+    def on_record(r: RequestRecord) -> None:
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        await run_level(sender, PROMPTS, _level(mode="steady", concurrency=2, duration_s=30.0), t0_ns=t0,
+                        on_record=on_record)
+    assert sender.in_flight == 0
+
+
+async def test_health_sampler_sees_a_starved_loop() -> None:
+    async def sample(busy: float) -> dict[str, float]:
+        async with HealthSampler(interval_s=0.05, busy_fraction=busy, in_flight=lambda: 3) as sampler:
+            await asyncio.sleep(0.4)
+        return sampler.summary()
+
+    idle, busy = await sample(0.0), await sample(0.8)
+    assert busy["cpu_pct_mean"] > idle["cpu_pct_mean"]
+    assert busy["loop_lag_ms_max"] >= 5.0  # the loop is blocked 16 ms in every 20
+    assert busy["in_flight_mean"] == 3.0
+    assert set(busy) >= {"cpu_pct_mean", "cpu_pct_max", "loop_lag_ms_p99", "loop_lag_ms_max"}
+
+
+def test_health_summary_of_no_samples_is_empty() -> None:
+    assert summarize_health([]) == {}
+    with pytest.raises(ValueError, match="busy_fraction"):
+        HealthSampler(busy_fraction=1.0)

@@ -185,6 +185,28 @@ class Engine:
             heapq.heappush(self._pending, (req.arrival, req.rid, req))
         return req
 
+    def abort(self, req: SimRequest) -> None:
+        """Drop a request (its client went away): free its KV blocks; no finish callback."""
+        state = req.state
+        if state == DONE:
+            return
+        req.state = DONE
+        if state == WAITING:
+            self._waiting.remove(req)
+        elif state == PREFILL:
+            del self._running[req.rid]
+            self._prefilling.remove(req)
+            self._blocks_used -= req.blocks
+        elif state == DECODE:
+            del self._running[req.rid]
+            computed = req.key + self._g
+            self._leave_decode(req)
+            freed = -(-computed // self._bs)
+            if self._inflight is not None and self._inflight.n_decode and computed % self._bs == 0:
+                freed += 1   # the planned step already gave it the block for its next token
+            self._blocks_used -= freed
+        # PENDING: skipped when it would arrive (see _pull_arrivals).
+
     def sent_tokens(self, req: SimRequest) -> int:
         """Tokens this request has produced so far (as of the last committed step)."""
         if req.state == DECODE:
@@ -240,6 +262,8 @@ class Engine:
         pending = self._pending
         while pending and pending[0][0] <= self.now:
             req = heapq.heappop(pending)[2]
+            if req.state == DONE:
+                continue
             req.state = WAITING
             self._waiting.append(req)
 
@@ -419,6 +443,8 @@ class Engine:
             self._record_steps(plan)
         finished: list[SimRequest] = []
         for req, chunk in plan.prefills:
+            if req.state != PREFILL:
+                continue   # aborted while its step ran
             req.computed += chunk
             if req.computed < req.prompt + req.sent:
                 continue

@@ -1,0 +1,215 @@
+"""Run the twin's HTTP server for other commands: ``start_sim_server(...) -> SimServerHandle``.
+
+By default the server runs in a **child process**: its event loop then has a core of its own
+instead of sharing the load generator's interpreter lock, so the client's timings and its
+event-loop lag measure the client, not the twin. ``in_process=True`` runs it on a background
+thread with its own event loop (no start-up cost; tests use it to look at the engine).
+
+The child is ``python -m plateau_bench.sim.embed`` with the configuration as JSON; it prints
+``READY <port>`` once it listens (or ``ERROR <message>``) and stops cleanly on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import errno
+import os
+import signal
+import subprocess
+import sys
+import threading
+from types import TracebackType
+
+import msgspec
+
+from plateau_bench.errors import ConfigError
+from plateau_bench.sim.config import EngineConfig
+from plateau_bench.sim.server import SimServer
+
+READY_TIMEOUT_S = 30.0
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def _bind_error(exc: OSError, host: str, port: int) -> ConfigError:
+    if exc.errno == errno.EADDRINUSE:
+        return ConfigError(f"port {port} on {host} is already in use (choose another with --port)")
+    return ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+
+
+class SimServerHandle:
+    """A running twin server: ``.url``, ``.port``, ``.stop()``; also a context manager."""
+
+    def __init__(self, host: str, port: int, stopper: _Stopper) -> None:
+        self.host = host
+        self.port = port
+        self.url = f"http://{host}:{port}"
+        self._stopper = stopper
+
+    def stop(self) -> None:
+        self._stopper.stop()
+
+    def __enter__(self) -> SimServerHandle:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+class _Stopper:
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class _ThreadStopper(_Stopper):
+    def __init__(self, loop: asyncio.AbstractEventLoop, server: SimServer, thread: threading.Thread) -> None:
+        self.loop, self.server, self.thread = loop, server, thread
+        self.stopped = False
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop).result(timeout=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+
+
+class _ProcessStopper(_Stopper):
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def start_sim_server(config: EngineConfig, *, host: str = "127.0.0.1", port: int = 0, speed: float = 1.0,
+                     metrics: bool = True, reject_when_waiting: int | None = None,
+                     reject_status: int = 429, in_process: bool = False) -> SimServerHandle:
+    """Start the twin's HTTP server in the background; ``port=0`` picks a free port."""
+    config.validate()
+    if speed <= 0:
+        raise ConfigError(f"--speed must be > 0 (got {speed})")
+    if in_process:
+        return _start_thread(config, host, port, speed, metrics, reject_when_waiting, reject_status)
+    args = [sys.executable, "-m", "plateau_bench.sim.embed", "--config", msgspec.json.encode(config).decode(),
+            "--host", host, "--port", str(port), "--speed", repr(speed), "--reject-status", str(reject_status)]
+    if not metrics:
+        args.append("--no-metrics")
+    if reject_when_waiting is not None:
+        args += ["--reject-when-waiting", str(reject_when_waiting)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    line = _read_line(proc, READY_TIMEOUT_S)
+    if line.startswith("READY "):
+        return SimServerHandle(host, int(line.split()[1]), _ProcessStopper(proc))
+    _ProcessStopper(proc).stop()
+    if line.startswith("ERROR "):
+        raise ConfigError(line[len("ERROR "):])
+    raise ConfigError("the simulated server did not start (no READY line from its process)")
+
+
+def _read_line(proc: subprocess.Popen[bytes], timeout_s: float) -> str:
+    result: list[str] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        result.append(proc.stdout.readline().decode(errors="replace").strip())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    return result[0] if result else ""
+
+
+def _start_thread(config: EngineConfig, host: str, port: int, speed: float, metrics: bool,
+                  reject_when_waiting: int | None, reject_status: int) -> SimServerHandle:
+    loop = _new_loop()
+    ready: asyncio.Future[int] | None = None
+    holder: dict[str, object] = {}
+
+    async def boot() -> int:
+        server = SimServer(config, speed=speed, metrics=metrics, reject_when_waiting=reject_when_waiting,
+                           reject_status=reject_status)
+        holder["server"] = server
+        return await server.start(host, port)
+
+    thread = threading.Thread(target=loop.run_forever, name="plateau-sim-server", daemon=True)
+    thread.start()
+    ready = asyncio.run_coroutine_threadsafe(boot(), loop)  # type: ignore[assignment]
+    try:
+        bound = ready.result(timeout=READY_TIMEOUT_S)  # type: ignore[union-attr]
+    except OSError as exc:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        raise _bind_error(exc, host, port) from None
+    server = holder["server"]
+    assert isinstance(server, SimServer)
+    return SimServerHandle(host, bound, _ThreadStopper(loop, server, thread))
+
+
+async def serve_forever(config: EngineConfig, *, host: str, port: int, speed: float, metrics: bool,
+                        reject_when_waiting: int | None = None, reject_status: int = 429,
+                        announce: bool = True) -> None:
+    """Serve in the foreground until SIGINT/SIGTERM (``plateau serve-sim`` and the child process)."""
+    server = SimServer(config, speed=speed, metrics=metrics, reject_when_waiting=reject_when_waiting,
+                       reject_status=reject_status)
+    try:
+        bound = await server.start(host, port)
+    except OSError as exc:
+        raise _bind_error(exc, host, port) from None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    if announce:
+        print(f"READY {bound}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def _child_main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="plateau_bench.sim.embed")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--speed", type=float, default=1.0)
+    parser.add_argument("--no-metrics", action="store_true")
+    parser.add_argument("--reject-when-waiting", type=int, default=None)
+    parser.add_argument("--reject-status", type=int, default=429)
+    ns = parser.parse_args(argv)
+    config = msgspec.json.decode(ns.config.encode(), type=EngineConfig)
+    loop = _new_loop()
+    try:
+        loop.run_until_complete(serve_forever(
+            config, host=ns.host, port=ns.port, speed=ns.speed, metrics=not ns.no_metrics,
+            reject_when_waiting=ns.reject_when_waiting, reject_status=ns.reject_status))
+    except ConfigError as exc:
+        print(f"ERROR {exc}", flush=True)
+        os._exit(2)
+    finally:
+        loop.close()
+
+
+if __name__ == "__main__":
+    _child_main()

@@ -11,6 +11,7 @@ Public API::
 from __future__ import annotations
 
 from plateau_bench.sim.config import EngineConfig
+from plateau_bench.sim.embed import SimServerHandle, start_sim_server
 from plateau_bench.sim.engine import Engine, EngineState, RequestRejected, StepRecord
 from plateau_bench.sim.level import SimResult, simulate_level
 from plateau_bench.sim.presets import get_preset, list_presets
@@ -22,9 +23,11 @@ __all__ = [
     "EngineState",
     "RequestRejected",
     "SimResult",
+    "SimServerHandle",
     "StepModel",
     "StepRecord",
     "get_preset",
     "list_presets",
     "simulate_level",
+    "start_sim_server",
 ]

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 import msgspec
@@ -167,7 +168,7 @@ def _start_thread(config: EngineConfig, host: str, port: int, speed: float, metr
 
 async def serve_forever(config: EngineConfig, *, host: str, port: int, speed: float, metrics: bool,
                         reject_when_waiting: int | None = None, reject_status: int = 429,
-                        announce: bool = True) -> None:
+                        on_ready: Callable[[int], None] | None = None) -> None:
     """Serve in the foreground until SIGINT/SIGTERM (``plateau serve-sim`` and the child process)."""
     server = SimServer(config, speed=speed, metrics=metrics, reject_when_waiting=reject_when_waiting,
                        reject_status=reject_status)
@@ -180,8 +181,8 @@ async def serve_forever(config: EngineConfig, *, host: str, port: int, speed: fl
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    if announce:
-        print(f"READY {bound}", flush=True)
+    if on_ready is not None:
+        on_ready(bound)
     try:
         await stop.wait()
     finally:
@@ -203,7 +204,8 @@ def _child_main(argv: list[str] | None = None) -> None:
     try:
         loop.run_until_complete(serve_forever(
             config, host=ns.host, port=ns.port, speed=ns.speed, metrics=not ns.no_metrics,
-            reject_when_waiting=ns.reject_when_waiting, reject_status=ns.reject_status))
+            reject_when_waiting=ns.reject_when_waiting, reject_status=ns.reject_status,
+            on_ready=lambda port: print(f"READY {port}", flush=True)))
     except ConfigError as exc:
         print(f"ERROR {exc}", flush=True)
         os._exit(2)

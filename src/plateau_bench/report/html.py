@@ -262,7 +262,7 @@ def render_html(runs: Sequence[ReportRun]) -> str:
     }
     titles = {"throughput": "Throughput", "latency": "Latency", "frontier": "Throughput-latency frontier"}
     for kind in plots.MAIN_PLOTS:
-        svg = plots.to_svg(plots.build(kind, runs), kind)
+        svg = plots.to_svg(plots.build(kind, runs, titled=False), kind)
         out.append(f"<h2>{titles[kind]}</h2><figure>{svg}<figcaption>{_esc(captions[kind])}</figcaption></figure>")
 
     out.append("<h2>Levels</h2>")

@@ -142,19 +142,22 @@ def _style_legend(fig: Figure, ax: Axes, runs: Sequence[ReportRun], extra: list[
 
 
 @_styled
-def throughput_figure(runs: Sequence[ReportRun]) -> Figure:
+def throughput_figure(runs: Sequence[ReportRun], titled: bool = True) -> Figure:
     fig = Figure(figsize=(8.6, 4.0), layout="constrained")
     ax = fig.add_subplot()
     xs: list[float] = []
+    top = 0.0
     for i, run in enumerate(runs):
         c = color(i)
         pts = [(x, lv.output_throughput, lv) for x, lv in _points(run.levels)]
+        top = max([top, *(p[1] for p in pts)])
         xs += [p[0] for p in pts]
         _draw_levels(ax, pts, c)
         plateau, knee = run.marker("plateau"), run.marker("knee")
         prefix = f"{run.name}: " if len(runs) > 1 else ""
         if plateau and plateau.get("throughput"):
             y = float(plateau["throughput"])
+            top = max(top, y)
             reached = plateau.get("reached", True)
             ax.axhline(y, color=c, ls="--", lw=1.1, alpha=0.85, zorder=1)
             label = f"{prefix}plateau {y:,.0f} tok/s" + ("" if reached else " (not reached: highest so far)")
@@ -173,10 +176,12 @@ def throughput_figure(runs: Sequence[ReportRun]) -> Figure:
             xs.append(kx)
     if xs:
         _log2_x(ax, xs)
-    ax.set_ylim(bottom=0)
+    # Headroom above the highest point keeps the plateau's label inside the plot.
+    ax.set_ylim(0, max(ax.get_ylim()[1], top * 1.08))
     ax.yaxis.set_major_formatter(FuncFormatter(_num_label))
     ax.set_ylabel("output tok/s")
-    ax.set_title("Output throughput vs concurrency")
+    if titled:
+        ax.set_title("Output throughput vs concurrency")
     _style_legend(fig, ax, runs, [])
     return fig
 
@@ -185,7 +190,7 @@ _LATENCY = (("ttft_ms", "TTFT", "ms", 1.0), ("tpot_ms", "TPOT", "ms", 1.0), ("e2
 
 
 @_styled
-def latency_figure(runs: Sequence[ReportRun]) -> Figure:
+def latency_figure(runs: Sequence[ReportRun], titled: bool = True) -> Figure:
     fig = Figure(figsize=(11.5, 3.8), layout="constrained")
     axes = fig.subplots(1, 3)
     for ax, (attr, name, unit, scale) in zip(axes, _LATENCY, strict=True):
@@ -205,6 +210,8 @@ def latency_figure(runs: Sequence[ReportRun]) -> Figure:
         ax.set_title(f"{name} ({unit})")
     extra = [Line2D([], [], color=MUTED, ls="-", label="p50"), Line2D([], [], color=MUTED, ls="--", label="p99")]
     _style_legend(fig, axes[0], runs, extra)
+    if titled:
+        fig.suptitle("Latency vs concurrency", x=0.005, ha="left", fontsize=11, fontweight="bold", color=INK)
     return fig
 
 
@@ -250,7 +257,7 @@ def _frontier_labels(per_run: list[list[tuple[float, float, LevelResult]]]) -> l
 
 
 @_styled
-def frontier_figure(runs: Sequence[ReportRun]) -> Figure:
+def frontier_figure(runs: Sequence[ReportRun], titled: bool = True) -> Figure:
     fig = Figure(figsize=(8.6, 4.0), layout="constrained")
     ax = fig.add_subplot()
     per_run = [
@@ -267,7 +274,8 @@ def frontier_figure(runs: Sequence[ReportRun]) -> Figure:
     ax.xaxis.set_major_formatter(FuncFormatter(_num_label))
     ax.set_xlabel("total output tok/s")
     ax.set_ylabel("output tok/s per user (1000 / mean TPOT)")
-    ax.set_title("Throughput-latency frontier: up and to the right is better")
+    if titled:
+        ax.set_title("Throughput-latency frontier: up and to the right is better")
     _style_legend(fig, ax, runs, [])
     return fig
 
@@ -288,10 +296,12 @@ def timeseries_figure(series: LevelSeries, title: str | None = None,
     ]
     for ax, s, name, c in drawn:
         if len(s):
-            ax.plot(s.t_s, s.values, color=c, lw=1.4)
+            # A level shorter than a few buckets has too few points for a line to show.
+            ax.plot(s.t_s, s.values, color=c, lw=1.4, marker="o" if len(s) < 4 else None, markersize=4)
             ax.fill_between(s.t_s, s.values, color=c, alpha=0.12, lw=0)
         ax.set_title(name)
         ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_formatter(FuncFormatter(_num_label))
     if series.server:
         ax = axes[2]
         counts = [k for k in ("running", "waiting") if k in series.server]
@@ -310,8 +320,11 @@ def timeseries_figure(series: LevelSeries, title: str | None = None,
         handles = [Line2D([], [], color=_SERVER_STYLE[k][1], label=k) for k in counts]
         if kv is not None:
             handles.append(Line2D([], [], color=PALETTE[3], ls="--", label="KV usage %"))
-        ax.legend(handles=handles, loc="upper right", fontsize=7.5)
+        # Above the plot, level with its title: a legend inside would hide a line pinned at the top.
+        ax.legend(handles=handles, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(handles),
+                  fontsize=7.5, borderaxespad=0.2, handlelength=1.6, columnspacing=1.0)
         ax.set_ylim(bottom=0)
+        ax.yaxis.set_major_formatter(FuncFormatter(_num_label))
         ax.set_title("server")
     for ax in axes:
         ax.set_xlabel("s since level start")
@@ -356,10 +369,10 @@ def to_png(fig: Figure, path: str, dpi: int = 150) -> None:
 MAIN_PLOTS = ("throughput", "latency", "frontier")
 
 
-def build(kind: str, runs: Sequence[ReportRun]) -> Figure:
+def build(kind: str, runs: Sequence[ReportRun], titled: bool = True) -> Figure:
     """One of the main figures (``throughput``, ``latency``, ``frontier``) under the report style."""
     makers = {"throughput": throughput_figure, "latency": latency_figure, "frontier": frontier_figure}
-    return makers[kind](runs)
+    return makers[kind](runs, titled)
 
 
 

@@ -37,6 +37,7 @@ class LevelOutcome:
     level: LevelResult
     records: list[RequestRecord]
     telemetry: list[dict[str, Any]] = field(default_factory=list)
+    benchmark_s: float | None = None   # seconds of load spent (virtual time for the twin); None: wall clock
 
 
 class LevelRunner(Protocol):
@@ -189,7 +190,8 @@ async def run_sweep(
 
         started = time.monotonic()
         outcome = await runner.run_level(level_spec, label=label, on_record=record_cb, precision=precision)
-        state.spent_s += time.monotonic() - started
+        state.spent_s += (outcome.benchmark_s if outcome.benchmark_s is not None
+                          else time.monotonic() - started)
         level = outcome.level
         level.extra.setdefault("phase", decision.phase)
         prev = [lv for lv in state.levels if lv.concurrency and level.concurrency

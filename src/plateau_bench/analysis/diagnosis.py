@@ -44,6 +44,7 @@ ENGINE_FLAGS: dict[str, dict[str, str]] = {
     "tgi": {"cap": "--max-concurrent-requests / --max-batch-total-tokens",
             "batch": "--max-batch-prefill-tokens", "kv": "--max-batch-total-tokens"},
 }
+KV_FILL_THRESHOLD = 0.65
 GENERIC_CAP = ("the server's running-request cap: vLLM --max-num-seqs {n}, SGLang --max-running-requests {n}, "
                "llama.cpp --parallel {n}, TGI --max-concurrent-requests")
 
@@ -154,16 +155,20 @@ def _admission_cap(levels: list[LevelResult], plateau: Plateau, engine: str | No
     if len(top) < 2:
         return None
     stated = next((int(lv.telemetry["cap"]) for lv in top if lv.telemetry.get("cap")), None)
-    peaks = [lv.peak_decoding for lv in top]
-    cap = stated or max(peaks)
+    cap = stated or max(lv.peak_decoding for lv in top)
+    if cap <= 0:
+        return None
+    # From the cap upwards the decoding peak must sit at the cap, whatever the concurrency.
+    top = [lv for lv in levels if _c(lv) >= cap]
     pinned = [lv for lv in top if _c(lv) > cap * 1.05]
-    if not pinned or cap <= 0:
+    peaks = [lv.peak_decoding for lv in top]
+    if not pinned or max(peaks) > cap or min(peaks) < 0.9 * cap:
         return None
-    if max(peaks) > cap or min(peaks) < 0.9 * cap:
-        return None
-    # KV-bound servers also pin their running count; a cap keeps the decoding batch near its peak.
+    # KV-bound servers also touch the cap now and then, but their decoding batch sags far below it
+    # as sequences grow; under a cap the slots are refilled at once (a prefill-first scheduler
+    # leaves some slots waiting for their first token, hence the margin).
     fill = [lv.decoding_concurrency / cap for lv in pinned]
-    if min(fill) < 0.8:
+    if min(fill) < KV_FILL_THRESHOLD:
         return None
     first, last = top[0], top[-1]
     ev = [f"most requests decoding at once: {cap} at every level from C={_c(first)} to C={_c(last)} "
@@ -183,7 +188,8 @@ def _admission_cap(levels: list[LevelResult], plateau: Plateau, engine: str | No
     if waves:
         ev.append(waves)
     tpot_flat = (first.tpot_ms.mean or 0) > 0 and (last.tpot_ms.mean or 0) / (first.tpot_ms.mean or 1) < 1.25
-    confidence = "high" if (server_agrees or stated or (len(pinned) >= 2 and tpot_flat)) else "medium"
+    confidence = "high" if (server_agrees or stated or (len(pinned) >= 2 and tpot_flat and min(fill) >= 0.8)) \
+        else "medium"
     verdict = Verdict("admission_cap", f"admission cap at {cap} running requests", confidence, ev,
                       estimated_cap=cap)
     fit = _fit_tpot(levels, cap)
@@ -216,7 +222,12 @@ def _kv_capacity(levels: list[LevelResult], plateau: Plateau, engine: str | None
     kv_max = max((lv.telemetry.get("kv_usage_max", 0.0) for lv in top), default=0.0)
     swing = [lv.decoding_concurrency / lv.peak_decoding for lv in top if lv.peak_decoding]
     spikes = [(lv.itl_ms.max or 0) / lv.itl_ms.p50 for lv in top if lv.itl_ms.p50]
-    client_sig = bool(swing) and min(swing) < 0.8 and bool(spikes) and max(spikes) > 5
+    # Something other than a fixed cap stops admission: the decoding batch no longer grows with C,
+    # yet it stays well below its own peak (the running count falls as sequences grow).
+    first, last = top[0], top[-1]
+    stalled = (_c(last) >= 2 * _c(first) and first.decoding_concurrency > 0
+               and last.decoding_concurrency / first.decoding_concurrency < 1.3)
+    client_sig = bool(swing) and min(swing) < KV_FILL_THRESHOLD and (stalled or (bool(spikes) and max(spikes) > 5))
     server_sig = preempt > 0 or kv_max >= 0.95
     if not (client_sig or server_sig):
         return None
@@ -225,7 +236,10 @@ def _kv_capacity(levels: list[LevelResult], plateau: Plateau, engine: str | None
         lv = top[-1]
         ev.append(f"decoding batch swings: time-average {lv.decoding_concurrency:.1f} against a peak of "
                   f"{lv.peak_decoding} at C={_c(lv)} (the running count falls as sequences grow)")
-    if spikes:
+    if stalled:
+        ev.append(f"the decoding batch stopped growing: {first.decoding_concurrency:.1f} at C={_c(first)}, "
+                  f"{last.decoding_concurrency:.1f} at C={_c(last)}")
+    if spikes and max(spikes) > 5:
         ev.append(f"ITL max reaches {max(spikes):.0f}x its median (recomputation after preemption)")
     if preempt > 0:
         ev.append(f"server: {preempt:.0f} preemptions during the plateau levels (/metrics)")

@@ -18,7 +18,8 @@ Definitions (times in ns since the level start; ``W = [w0, w1]`` is the measurem
 * **Peak decoding** = the most requests past their first token at one instant: a server that
   admits at most N requests at a time can never exceed N, so this reads a cap exactly.
 * **Request throughput** = successful requests ending in W / |W|.
-* Latency statistics cover successful requests sent within W.
+* Latency statistics cover successful requests sent within W (see ``_latency_population`` for
+  the fallback when a heavily queued level has too few of them).
 
 When a record has no chunk list (the twin in fast mode), its tokens are taken as arriving
 evenly from the first token to the end.
@@ -149,6 +150,27 @@ def _itl(records: Sequence[RequestRecord]) -> tuple[FloatArray, FloatArray]:
     return np.concatenate(values), np.concatenate(weights)
 
 
+MIN_LATENCY_SAMPLE = 10
+
+
+def _latency_population(ok: list[RequestRecord], w: Window, mode: str) -> tuple[list[RequestRecord], str]:
+    """Which successful requests the latency statistics cover.
+
+    Steady levels: those sent inside the window. When requests are long against the window (a
+    heavily queued level), fewer than ``MIN_LATENCY_SAMPLE`` are, and the statistics fall back to
+    the requests that ended inside it, then to every successful request; the note says which.
+    """
+    if mode != "steady":
+        return ok, ""
+    sent = [r for r in ok if w.start_ns <= r.sent_ns <= w.end_ns]
+    if len(sent) >= min(MIN_LATENCY_SAMPLE, len(ok)):
+        return sent, ""
+    ended = [r for r in ok if w.start_ns <= r.end_ns <= w.end_ns]
+    if len(ended) >= min(MIN_LATENCY_SAMPLE, len(ok)):
+        return ended, "; latency over requests ending in the window (few were sent inside it)"
+    return ok, "; latency over every request (the window holds too few whole requests)"
+
+
 def bucket_output_tokens(records: Sequence[RequestRecord], w: Window, bucket_s: float = 1.0) -> FloatArray:
     """Output tokens arriving in consecutive ``bucket_s`` buckets from the window start."""
     times, counts = token_arrays([r for r in records if not r.warmup])
@@ -181,7 +203,7 @@ def compute_level(
     failed = sum(errors.values())
     dominant = errors.most_common(1)[0][0] if errors else None
 
-    in_window_sent = [r for r in ok if w.start_ns <= r.sent_ns <= w.end_ns] if mode == "steady" else ok
+    latency_pool, pool_note = _latency_population(ok, w, mode)
 
     times, counts = token_arrays(measured)
     in_w = (times >= w.start_ns) & (times <= w.end_ns)
@@ -198,14 +220,14 @@ def compute_level(
     ci_rel = batch_means_ci_rel(batch_throughputs(times, counts, w)) if mode == "steady" else None
 
     ttft = [(r.first_token_ns - r.sent_ns) / NS_PER_MS
-            for r in in_window_sent if r.first_token_ns is not None]
-    e2e = [(r.end_ns - r.sent_ns) / NS_PER_MS for r in in_window_sent]
+            for r in latency_pool if r.first_token_ns is not None]
+    e2e = [(r.end_ns - r.sent_ns) / NS_PER_MS for r in latency_pool]
     tpot = [
         (r.end_ns - r.first_token_ns) / NS_PER_MS / (r.output_tokens - 1)
-        for r in in_window_sent
+        for r in latency_pool
         if r.first_token_ns is not None and r.output_tokens > 1
     ]
-    itl_values, itl_weights = _itl(in_window_sent)
+    itl_values, itl_weights = _itl(latency_pool)
     lag = [(r.sent_ns - r.scheduled_ns) / NS_PER_MS for r in measured]
     sources = Counter(r.token_source for r in ok)
 
@@ -226,7 +248,7 @@ def compute_level(
         wall_s=wall,
         window_start_s=w.start_ns / NS,
         window_end_s=w.end_ns / NS,
-        window_note=w.note,
+        window_note=w.note + pool_note,
         output_tokens=out_tokens,
         input_tokens=in_tokens,
         output_throughput=out_tokens / length if length > 0 else 0.0,

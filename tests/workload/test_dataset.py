@@ -10,7 +10,7 @@ from tokenizers import Tokenizer
 
 from plateau_bench.errors import ConfigError
 from plateau_bench.spec import WorkloadSpec
-from plateau_bench.workload import EstimateCounter, LocalTokenizer, load_dataset, synthesize
+from plateau_bench.workload import EstimateCounter, LocalTokenizer, RemoteCounter, load_dataset, synthesize
 
 
 def _write(path: Path, text: str) -> Path:
@@ -89,3 +89,16 @@ def test_bad_files_are_one_line_config_errors(tmp_path: Path, name: str, content
     with pytest.raises(ConfigError, match=message) as info:
         load_dataset(path)
     assert "\n" not in str(info.value) and name in str(info.value)
+
+
+async def test_dataset_counted_by_the_server_without_its_special_tokens(tmp_path: Path,
+                                                                        byte_bpe: Tokenizer) -> None:
+    texts = ["the state of the union", "people work in the city", "music"]
+    path = _write(tmp_path / "p.jsonl", "".join(json.dumps({"prompt": t}) + "\n" for t in texts))
+
+    async def tokenize(text: str) -> int | None:
+        return len(byte_bpe.encode(text, add_special_tokens=False).ids) + 1
+
+    prompts = (await synthesize(WorkloadSpec(dataset=str(path)), 3, counter=RemoteCounter(tokenize))).prompts
+    tok = LocalTokenizer(byte_bpe)
+    assert {(p.text, p.prompt_tokens) for p in prompts} == {(t, tok.count_text(t)) for t in texts}

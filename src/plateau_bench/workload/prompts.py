@@ -10,7 +10,8 @@ server answers) therefore give the same prompts, byte for byte.
 
 How text is made depends on the counter (see ``tokens``): ``tokenized`` for a local tokenizer
 (exact), ``wordtext`` for the server's ``/tokenize`` (exact where verified) and for the estimate.
-Datasets are shuffled with the seed and counted with the same counter.
+Datasets are shuffled with the seed and counted with the same counter (with ``/tokenize``, one call
+per prompt used, minus the special tokens the endpoint adds).
 """
 
 from __future__ import annotations
@@ -90,6 +91,11 @@ async def _from_dataset(
     order = rng.permutation(len(entries))[: max(n, 0)]
     chosen = [entries[int(i)] for i in order]
     counts = await counter.count_many([e.prompt for e in chosen])
+    if isinstance(counter, RemoteCounter):
+        # /tokenize counts the special tokens the server adds; take them off, as for synthetic prompts.
+        # Some one-character text is a single token in any vocabulary: the smallest count is 1 + specials.
+        special = max(min(await counter.count_many(["a", "!", ".", ","])) - 1, 0)
+        counts = [max(c - special, 1) for c in counts]
     prompts: list[Prompt] = []
     for entry, count in zip(chosen, counts, strict=True):
         output = entry.output_len

@@ -143,7 +143,6 @@ def _read_line(proc: subprocess.Popen[bytes], timeout_s: float) -> str:
 def _start_thread(config: EngineConfig, host: str, port: int, speed: float, metrics: bool,
                   reject_when_waiting: int | None, reject_status: int) -> SimServerHandle:
     loop = _new_loop()
-    ready: asyncio.Future[int] | None = None
     holder: dict[str, object] = {}
 
     async def boot() -> int:
@@ -154,9 +153,9 @@ def _start_thread(config: EngineConfig, host: str, port: int, speed: float, metr
 
     thread = threading.Thread(target=loop.run_forever, name="plateau-sim-server", daemon=True)
     thread.start()
-    ready = asyncio.run_coroutine_threadsafe(boot(), loop)  # type: ignore[assignment]
+    ready = asyncio.run_coroutine_threadsafe(boot(), loop)
     try:
-        bound = ready.result(timeout=READY_TIMEOUT_S)  # type: ignore[union-attr]
+        bound = ready.result(timeout=READY_TIMEOUT_S)
     except OSError as exc:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)

@@ -42,7 +42,7 @@ PENDING, WAITING, PREFILL, DECODE, DONE = range(5)
 _INF = float("inf")
 
 
-class RequestRejected(Exception):  # noqa: N818 - an outcome, reported as an HTTP 400 by the server
+class RequestRejected(Exception):
     """The engine can never serve this request (too long, larger than the KV cache, cap 0)."""
 
 
@@ -57,7 +57,7 @@ class StepRecord(NamedTuple):
     waiting: int
     running: int
     preempted: int
-    blocked: str          # "" (none waiting) | "cap" | "budget" | "kv"
+    blocked: str          # "" (none waiting) | "cap" | "budget" | "kv" | "preempted" (this step)
     blocked_need: int     # blocks the blocked request needed (when blocked == "kv")
 
 
@@ -120,6 +120,9 @@ FinishCallback = Callable[[SimRequest], None]
 
 class Engine:
     """See the module docstring. ``on_finish`` is called once per request when it ends."""
+
+    # Multi-step jumps; tests turn them off to check that they change nothing.
+    jump = True
 
     def __init__(self, config: EngineConfig, *, chunks: bool = False, trace: bool = False,
                  on_finish: FinishCallback | None = None) -> None:
@@ -307,6 +310,7 @@ class Engine:
             victim = self._running[next(reversed(self._running))]
             self._preempt(victim)
             plan.preempted += 1
+            plan.blocked = "preempted"
             if not self._n_decode:
                 return
 
@@ -335,6 +339,10 @@ class Engine:
             prefills.append((req, chunk))
             i += 1
         waiting = self._waiting
+        if plan.preempted and waiting:
+            # As vLLM v1: a step that had to preempt admits nobody (the cache is short).
+            plan.blocked = "preempted"
+            return
         running = self._running
         cap = self._cap
         while waiting:
@@ -365,7 +373,7 @@ class Engine:
         """Turn a pure-decode step into ``k`` identical-composition steps when nothing can change."""
         g = self._g
         k = self._decode_heap[0][0] - g if self._decode_heap else 1
-        if k <= 1:
+        if k <= 1 or not self.jump:
             return
         # Blocks: step 1 is already allocated; steps 2..k need the decoders crossing a boundary.
         free = self._num_blocks - self._blocks_used
@@ -514,7 +522,7 @@ class Engine:
                 first = j == 0
                 self.trace.append(StepRecord(
                     t, dt, n, prefill_tokens if first else 0, used,
-                    len(self._waiting) + sum(1 for p in self._pending if p[0] <= t), len(self._running),
+                    len(self._waiting), len(self._running),
                     plan.preempted if first else 0, plan.blocked if first else
                     ("" if not self._waiting else plan.blocked), plan.blocked_need))
             t += dt

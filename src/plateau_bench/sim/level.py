@@ -127,7 +127,8 @@ class _Driver:
         records = self.records
         sim = TOKEN_SOURCE_SIM
         for req in self.done:
-            index, scheduled = req.payload  # type: ignore[misc]
+            payload: tuple[int, float] = req.payload  # type: ignore[assignment]
+            index, scheduled = payload
             chunk_ns: list[int] = []
             chunk_tokens: list[int] = []
             if req.times is not None:

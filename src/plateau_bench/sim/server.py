@@ -16,6 +16,7 @@ Errors use OpenAI's body ``{"error": {"message", "type", "code"}}``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import time
 from typing import Any
@@ -127,10 +128,8 @@ class SimServer:
                 continue
             delay = max((nxt - self._virtual_now()) / self.speed, self.min_tick_s)
             self._wake.clear()
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
-            except TimeoutError:
-                pass
 
     def _finished(self, req: SimRequest) -> None:
         stream = self._streams.get(req.rid)

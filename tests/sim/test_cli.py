@@ -1,0 +1,56 @@
+"""``plateau presets`` / ``plateau sim`` / ``plateau serve-sim`` through the real CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from plateau_bench.cli import app, main
+from plateau_bench.report.results import load_levels, load_requests, load_summary
+
+
+def test_presets_lists_every_preset() -> None:
+    result = CliRunner().invoke(app, ["presets", "--details"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for name in ("seed-a-tp8ep", "seed-a-tp4", "seed-b-fp4", "tiny", "llama-8b-h100", "compute-bound"):
+        assert name in result.output
+
+
+def test_sim_writes_labelled_results(tmp_path: Path) -> None:
+    out = tmp_path / "sim"
+    result = CliRunner().invoke(app, ["sim", "--preset", "tiny", "--concurrency", "16,64", "--output-len", "64",
+                                      "--max-num-seqs", "48", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "C=   16 | 16/16 ok" in result.output and "C=   64 | 64/64 ok" in result.output
+    summary = load_summary(out)
+    assert summary["kind"] == "sim" and summary["spec"]["simulated"] is True
+    assert summary["spec"]["preset"] == "tiny" and summary["spec"]["overrides"] == {"max_num_seqs": 48}
+    levels = load_levels(out)
+    assert [lv.concurrency for lv in levels] == [16, 64]
+    assert len(load_requests(out)["C=64"]) == 64
+    # 64 requests through a cap of 48: the second wave shows as decoding concurrency below C.
+    assert levels[1].decoding_concurrency < 48.5
+
+
+def test_steady_sim_runs_for_the_virtual_duration() -> None:
+    result = CliRunner().invoke(app, ["sim", "--mode", "steady", "--concurrency", "8", "--duration", "5s"])
+    assert result.exit_code == 0, result.output
+    assert "C=    8" in result.output
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["sim", "--preset", "nope"], "known presets: seed-a-tp8ep"),
+    (["serve-sim", "--preset", "nope"], "unknown preset 'nope'"),
+    (["sim", "--max-num-seqs", "0"], "--max-num-seqs 0"),
+    (["sim", "--mode", "sideways"], "--mode must be"),
+    (["sim", "--max-num-batched-tokens", "8", "--max-num-seqs", "16"], "--max-num-batched-tokens"),
+    (["serve-sim", "--speed", "0"], "--speed must be > 0"),
+])
+def test_bad_input_is_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

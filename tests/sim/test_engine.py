@@ -1,0 +1,168 @@
+"""Engine invariants, checked on its step trace and records over random configurations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from plateau_bench.sim.config import EngineConfig
+from plateau_bench.sim.engine import Engine, RequestRejected
+from plateau_bench.sim.level import SimResult, simulate_level
+from plateau_bench.sim.step_model import StepModel
+from plateau_bench.spec import LevelSpec, WorkloadSpec
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[EngineConfig, LevelSpec, list[tuple[int, int]]]:
+    lengths = draw(st.lists(st.tuples(st.integers(1, 60), st.integers(1, 40)), min_size=1, max_size=40))
+    block = draw(st.sampled_from([1, 4, 16]))
+    longest = max(p + o - 1 for p, o in lengths)
+    # From "barely one request" (constant preemption) to "never short".
+    kv_blocks = draw(st.integers(math.ceil(longest / block), math.ceil(longest / block) * 12))
+    cap = draw(st.integers(1, 16))
+    config = EngineConfig(
+        name="prop", step=StepModel(t0=draw(st.floats(1e-4, 1e-2)), a=draw(st.floats(0, 1e-3)),
+                                    b=draw(st.floats(0, 1e-4)), c=draw(st.floats(0, 1e-6))),
+        max_num_seqs=cap, max_num_batched_tokens=draw(st.integers(cap, cap + 96)),
+        kv_tokens=kv_blocks * block, block_size=block, policy=draw(st.sampled_from(["mixed", "prefill_first"])))
+    if draw(st.booleans()):
+        level = LevelSpec(mode="burst", concurrency=draw(st.integers(1, 24)), num_requests=len(lengths))
+    else:
+        level = LevelSpec(mode="rate", rate=draw(st.floats(1.0, 500.0)), num_requests=len(lengths))
+    return config, level, lengths
+
+
+def _run(config: EngineConfig, level: LevelSpec, lengths: list[tuple[int, int]]) -> SimResult:
+    return simulate_level(config, level, WorkloadSpec(), chunks=True, trace=True, lengths=lengths)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_invariants(scenario: tuple[EngineConfig, LevelSpec, list[tuple[int, int]]]) -> None:
+    config, level, lengths = scenario
+    result = _run(config, level, lengths)
+    assert result.trace is not None
+    for row in result.trace:
+        assert row.running <= config.max_num_seqs
+        assert 0 <= row.kv_blocks_used <= config.num_gpu_blocks
+        assert row.decode_seqs + row.prefill_tokens <= config.max_num_batched_tokens
+        # Work conserving: requests wait only for a reason the step can show.
+        if row.waiting and row.blocked != "preempted":
+            assert row.blocked in ("cap", "budget", "kv"), row
+            if row.blocked == "cap":
+                assert row.running == config.max_num_seqs
+            elif row.blocked == "budget":
+                assert row.decode_seqs + row.prefill_tokens == config.max_num_batched_tokens
+            else:
+                assert row.kv_blocks_used + row.blocked_need > config.num_gpu_blocks
+        if row.blocked == "preempted":
+            assert row.preempted > 0
+    assert len(result.records) == len(lengths)
+    for record in result.records:
+        assert record.ok
+        _, output = lengths[record.index % len(lengths)]
+        # Every token is produced exactly once, preempted or not.
+        assert record.output_tokens == output
+        assert len(record.chunk_ns) == output and sum(record.chunk_tokens) == output
+        assert record.chunk_ns == sorted(record.chunk_ns)
+        assert record.first_token_ns == record.chunk_ns[0]
+        assert record.end_ns == record.chunk_ns[-1]
+        assert record.sent_ns <= record.first_token_ns
+    state = result.state
+    assert state.running == 0 and state.waiting == 0 and state.kv_blocks_used == 0
+    assert state.generation_tokens_total == sum(o for _, o in lengths)
+
+
+@settings(max_examples=40, deadline=None)
+@given(scenarios())
+def test_same_seed_same_trace(scenario: tuple[EngineConfig, LevelSpec, list[tuple[int, int]]]) -> None:
+    first = _run(*scenario)
+    second = _run(*scenario)
+    assert first.trace == second.trace
+    assert first.records == second.records
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios())
+def test_multi_step_jumps_change_nothing(scenario: tuple[EngineConfig, LevelSpec, list[tuple[int, int]]],
+                                         ) -> None:
+    config, level, lengths = scenario
+    fast = simulate_level(config, level, WorkloadSpec(), lengths=lengths)
+    Engine.jump = False
+    try:
+        slow = simulate_level(config, level, WorkloadSpec(), lengths=lengths)
+    finally:
+        Engine.jump = True
+    assert len(fast.records) == len(slow.records)
+    for a, b in zip(fast.records, slow.records, strict=True):
+        assert a.output_tokens == b.output_tokens
+        assert a.first_token_ns == pytest.approx(b.first_token_ns, abs=1000)
+        assert a.end_ns == pytest.approx(b.end_ns, abs=1000)
+    assert fast.state.preemptions == slow.state.preemptions
+
+
+def _config(**kw: object) -> EngineConfig:
+    base = dict(name="t", step=StepModel(t0=1e-3, a=1e-4), max_num_seqs=4, max_num_batched_tokens=64,
+                kv_tokens=4096, block_size=16)
+    base.update(kw)
+    return EngineConfig(**base)  # type: ignore[arg-type]
+
+
+def test_cap_makes_waves() -> None:
+    result = simulate_level(_config(), LevelSpec(mode="burst", concurrency=12), WorkloadSpec(
+        input_len=8, output_len=20))
+    ends = sorted({r.end_ns for r in result.records})
+    assert len(ends) == 3   # 12 requests through a cap of 4: three waves
+
+
+def test_short_cache_preempts_and_still_delivers_everything() -> None:
+    config = _config(max_num_seqs=8, kv_tokens=160)
+    result = simulate_level(config, LevelSpec(mode="burst", concurrency=8), WorkloadSpec(
+        input_len=10, output_len=60), chunks=True)
+    assert result.state.preemptions > 0
+    assert all(len(r.chunk_ns) == 60 for r in result.records)
+
+
+@pytest.mark.parametrize(("prompt", "max_tokens", "config"), [
+    (10, 0, _config()),
+    (5000, 10, _config()),
+    (100, 100, _config(kv_tokens=128)),
+    (10, 10, _config(max_num_seqs=0)),
+])
+def test_impossible_requests_are_rejected(prompt: int, max_tokens: int, config: EngineConfig) -> None:
+    with pytest.raises(RequestRejected):
+        Engine(config).submit(prompt, max_tokens)
+
+
+def test_rejections_become_failed_records_not_hangs() -> None:
+    result = simulate_level(_config(kv_tokens=64), LevelSpec(mode="steady", concurrency=2, duration_s=1.0),
+                            WorkloadSpec(input_len=100, output_len=10))
+    assert result.records and all(r.error == "http_4xx" and r.http_status == 400 for r in result.records)
+
+
+def test_steady_mode_stops_sending_at_the_duration() -> None:
+    result = simulate_level(_config(), LevelSpec(mode="steady", concurrency=4, duration_s=2.0),
+                            WorkloadSpec(input_len=8, output_len=16))
+    assert max(r.sent_ns for r in result.records) < 2_000_000_000
+    assert max(r.end_ns for r in result.records) > 2_000_000_000 - 1
+
+
+def test_rate_mode_with_max_concurrency_waits_on_the_client_side() -> None:
+    result = simulate_level(_config(), LevelSpec(mode="rate", rate=1000.0, num_requests=50, max_concurrency=2),
+                            WorkloadSpec(input_len=8, output_len=16))
+    assert any(r.sent_ns > r.scheduled_ns for r in result.records)
+    assert result.records[0].worker == -1
+
+
+def test_abort_frees_the_cache() -> None:
+    engine = Engine(_config())
+    keep = engine.submit(8, 40)
+    gone = engine.submit(8, 40)
+    engine.run_until(0.005)
+    engine.abort(gone)
+    engine.run()
+    assert keep.end > 0 and gone.end < 0
+    assert engine.state().kv_blocks_used == 0 and engine.state().running == 0

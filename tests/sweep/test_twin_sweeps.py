@@ -1,0 +1,109 @@
+"""Whole adaptive sweeps and verdicts on the simulated engine in virtual time (client-side data only).
+
+The same scenarios run over HTTP with and without /metrics in tests/sweep/test_http_sweep.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+
+from plateau_bench.analysis.diagnosis import diagnose
+from plateau_bench.records import LevelResult
+from plateau_bench.sim.config import EngineConfig
+from plateau_bench.sim.presets import get_preset
+from plateau_bench.sim.runner import VirtualLevelRunner
+from plateau_bench.spec import WorkloadSpec
+from plateau_bench.sweep import SweepSpec, SweepState, run_sweep, summary_dict
+
+
+def sweep(config: EngineConfig, input_len: int, output_len: int, spec: SweepSpec | None = None,
+          previous: list[LevelResult] | None = None) -> tuple[SweepState, dict[str, object]]:
+    spec = spec or SweepSpec()
+    runner = VirtualLevelRunner(config, WorkloadSpec(input_len=input_len, output_len=output_len), steady_s=30)
+    state = asyncio.run(run_sweep(runner, spec, previous=previous or []))
+    return state, summary_dict(state, spec)
+
+
+@pytest.mark.parametrize("cap", [8, 24, 64])
+def test_knee_lands_at_the_cap(cap: int) -> None:
+    config = msgspec.structs.replace(get_preset("tiny"), max_num_seqs=cap)
+    state, summary = sweep(config, 64, 64)
+    plateau, knee = summary["plateau"], summary["knee"]
+    assert isinstance(plateau, dict) and isinstance(knee, dict)
+    assert plateau["reached"]
+    # With step time growing mildly with the batch, 95 % of the plateau is reached a little below the cap.
+    assert 0.6 * cap <= knee["concurrency"] <= cap
+    assert knee["bracket"][0] <= cap
+    verdict = diagnose(state.levels)
+    assert verdict.constraint == "admission_cap"
+    assert verdict.estimated_cap == cap
+
+
+def test_seed_a_cap_and_what_if_matches_the_twin_with_the_cap_doubled() -> None:
+    state, _ = sweep(get_preset("seed-a-tp8ep"), 128, 512)
+    verdict = diagnose(state.levels)
+    assert verdict.constraint == "admission_cap"
+    assert verdict.estimated_cap == 256
+    assert verdict.confidence == "high"
+    doubled = msgspec.structs.replace(get_preset("seed-a-tp8ep"), max_num_seqs=512)
+    _, doubled_summary = sweep(doubled, 128, 512)
+    actual = doubled_summary["plateau"]["throughput"]  # type: ignore[index]
+    assert verdict.predicted_throughput_doubled_cap == pytest.approx(actual, rel=0.25)
+
+
+def test_seed_b_burst_to_2048_is_capped_at_1024() -> None:
+    spec = SweepSpec(mode="burst", concurrencies=(1, 256, 512, 1024, 2048))
+    state, _ = sweep(get_preset("seed-b-fp4"), 128, 128, spec)
+    verdict = diagnose(state.levels)
+    assert verdict.constraint == "admission_cap"
+    assert verdict.estimated_cap == 1024
+
+
+def test_compute_bound_preset() -> None:
+    state, _ = sweep(get_preset("compute-bound"), 128, 128)
+    assert diagnose(state.levels).constraint == "compute"
+
+
+def test_kv_capacity_binds_before_the_cap() -> None:
+    config = msgspec.structs.replace(get_preset("tiny"), kv_tokens=6000, max_num_seqs=64)
+    state, _ = sweep(config, 64, 512)
+    verdict = diagnose(state.levels)
+    assert verdict.constraint == "kv_capacity"
+
+
+def test_below_the_knee_is_not_saturated_and_the_sweep_keeps_going() -> None:
+    spec = SweepSpec(concurrencies=(1, 2, 4))
+    state, summary = sweep(get_preset("seed-a-tp8ep"), 128, 128, spec)
+    assert diagnose(state.levels).constraint == "not_saturated"
+    assert summary["plateau"]["reached"] is False  # type: ignore[index]
+
+
+def test_budget_stops_the_sweep() -> None:
+    spec = SweepSpec(budget_s=100.0, min_level_s=5.0)
+    state, _ = sweep(get_preset("seed-a-tp8ep"), 128, 128, spec)
+    assert "budget" in state.stop_reason
+    assert state.spent_s <= 100.0 + max(lv.wall_s for lv in state.levels)
+
+
+def test_slo_violation_stops_and_reports_the_last_level_meeting_it() -> None:
+    from plateau_bench.analysis.slo import parse_slo
+
+    spec = SweepSpec(slos=tuple(parse_slo("tpot_p99=20ms")))
+    state, summary = sweep(get_preset("seed-a-tp8ep"), 128, 128, spec)
+    assert state.stop_reason.startswith("SLO violated")
+    slo = summary["slo"]
+    assert isinstance(slo, dict)
+    # TPOT = 13.9 ms + 0.19 ms per sequence: 20 ms holds up to a batch of ~32.
+    assert slo["max_concurrency"] in (16, 32)
+
+
+def test_resume_after_an_interruption_gives_the_same_result() -> None:
+    full_state, full = sweep(get_preset("tiny"), 64, 64)
+    cut = full_state.levels[:4]
+    resumed_state, resumed = sweep(get_preset("tiny"), 64, 64, previous=cut)
+    assert [lv.concurrency for lv in resumed_state.levels] == [lv.concurrency for lv in full_state.levels]
+    assert resumed["plateau"] == full["plateau"]
+    assert resumed["knee"] == full["knee"]

@@ -9,6 +9,8 @@ What a level looked like while it ran, as the report draws it:
   level) that waves of a burst stay visible.
 * **Output tok/s**: output tokens arriving in consecutive 1 s buckets, counted by the metric
   module's ``bucket_output_tokens`` (so chunkless records are spread exactly as the metrics do).
+  The last bucket is cut short by the end of the level: its rate uses its real width, and a
+  sliver under half a bucket is merged into the bucket before it.
 * **Server series**: whichever of the canonical telemetry values ``running``, ``waiting`` and
   ``kv_usage`` the samples carry, against the sample time. KV usage is a fraction (0..1) in the
   canonical form; it is reported in percent.

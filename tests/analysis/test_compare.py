@@ -239,3 +239,10 @@ def test_to_dict_is_plain_json() -> None:
     assert data["slo"][0]["winner"] == "fast"
     assert data["users"]["stat"] == "p90" and len(data["users"]["runs"]) == 2
     assert all(math.isfinite(row["concurrency"]) for row in data["aligned"])
+
+
+def test_an_unknown_endpoint_is_no_difference() -> None:
+    workload = {"input_len": 128, "output_len": 512}
+    real = run("real", [1.0, 2.0], grid=(1, 2), spec={"workload": workload, "target": {"endpoint": "chat"}})
+    twin = run("twin", [1.0, 2.0], grid=(1, 2), spec={"workload": workload})
+    assert compare_runs([real, twin]).warnings == ()

@@ -156,3 +156,31 @@ def test_interpolated_cells_are_marked() -> None:
     rows = {line.split()[0]: line.split()[1:5] for line in console.export_text().splitlines()[1:]}
     assert rows["a"] == ["100", "~250", "400", "-"]
     assert rows["b"] == ["-", "150", "~225", "300"]
+
+
+# The first reference run (docs: seed-runs.md, Run A): TP=4 vs TP=8+EP, 512 output tokens, bursts.
+REFERENCE = {"seed-a-tp4": {1: 84.0, 256: 2586.0}, "seed-a-tp8ep": {1: 71.0, 256: 3982.0}}
+SEED_GRID = "1,2,4,8,12,16,24,32,64,128,256,512,1024"
+
+
+def test_twin_presets_reproduce_the_reference_crossover(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    dirs = []
+    for preset in REFERENCE:
+        out = tmp_path / preset
+        code, _, err = run_cli(["sim", "--preset", preset, "--mode", "burst", "--concurrency", SEED_GRID,
+                                "--output-len", "512", "--out", str(out)], capsys)
+        assert code == 0, err
+        dirs.append(out)
+    code, out, err = run_cli(["compare", *map(str, dirs), "--name", "tp4", "--name", "tp8ep", "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    for run, reference in zip(data["runs"], REFERENCE.values(), strict=True):
+        measured = {lv["concurrency"]: lv["output_throughput"] for lv in run["levels"]}
+        for c, ref in reference.items():
+            assert measured[c] == pytest.approx(ref, rel=0.10), (run["name"], c)
+    (pair,) = data["pairs"]
+    (crossover,) = pair["crossovers"]
+    assert (crossover["leader_below"], crossover["leader_above"]) == ("tp4", "tp8ep")
+    assert crossover["bracket"] == [12, 16] and 12 < crossover["concurrency"] < 16
+    assert data["warnings"] == []

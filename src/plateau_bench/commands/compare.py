@@ -53,6 +53,11 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
 
+def _conc(c: float) -> str:
+    """An interpolated concurrency: one decimal where that is still meaningful (C~15.5, C~182)."""
+    return f"{c:.1f}" if c < 100 else f"{c:,.0f}"
+
+
 def display_levels(comp: Comparison, max_columns: int = MAX_COLUMNS) -> list[int]:
     """The levels shown as columns: ends, crossover brackets, plateau starts, then the widest gaps."""
     grid = [row.concurrency for row in comp.aligned]
@@ -119,7 +124,7 @@ def _pair_lines(pair: PairResult) -> list[str]:
     for x in pair.crossovers:
         lo_c, hi_c = x.bracket
         where = f"at measured C={lo_c}" if lo_c == hi_c else f"between measured {lo_c} and {hi_c}"
-        out.append(f"Crossover: {x.leader_above} overtakes {x.leader_below} at C~{x.concurrency:.0f} ({where}; "
+        out.append(f"Crossover: {x.leader_above} overtakes {x.leader_below} at C~{_conc(x.concurrency)} ({where}; "
                    f"{x.throughput:,.0f} tok/s, {x.per_user_tok_s:,.1f} tok/s per user).")
     return out
 

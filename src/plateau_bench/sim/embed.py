@@ -5,17 +5,15 @@ instead of sharing the load generator's interpreter lock, so the client's timing
 event-loop lag measure the client, not the twin. ``in_process=True`` runs it on a background
 thread with its own event loop (no start-up cost; tests use it to look at the engine).
 
-The child is ``python -m plateau_bench.sim.embed`` with the configuration as JSON; it prints
+The child is ``python -m plateau_bench.sim.child`` with the configuration as JSON; it prints
 ``READY <port>`` once it listens (or ``ERROR <message>``) and stops cleanly on SIGTERM.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import errno
-import os
 import signal
 import subprocess
 import sys
@@ -110,7 +108,7 @@ def start_sim_server(config: EngineConfig, *, host: str = "127.0.0.1", port: int
         raise ConfigError(f"--speed must be > 0 (got {speed})")
     if in_process:
         return _start_thread(config, host, port, speed, metrics, reject_when_waiting, reject_status)
-    args = [sys.executable, "-m", "plateau_bench.sim.embed", "--config", msgspec.json.encode(config).decode(),
+    args = [sys.executable, "-m", "plateau_bench.sim.child", "--config", msgspec.json.encode(config).decode(),
             "--host", host, "--port", str(port), "--speed", repr(speed), "--reject-status", str(reject_status)]
     if not metrics:
         args.append("--no-metrics")
@@ -186,31 +184,3 @@ async def serve_forever(config: EngineConfig, *, host: str, port: int, speed: fl
         await stop.wait()
     finally:
         await server.stop()
-
-
-def _child_main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="plateau_bench.sim.embed")
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0)
-    parser.add_argument("--speed", type=float, default=1.0)
-    parser.add_argument("--no-metrics", action="store_true")
-    parser.add_argument("--reject-when-waiting", type=int, default=None)
-    parser.add_argument("--reject-status", type=int, default=429)
-    ns = parser.parse_args(argv)
-    config = msgspec.json.decode(ns.config.encode(), type=EngineConfig)
-    loop = _new_loop()
-    try:
-        loop.run_until_complete(serve_forever(
-            config, host=ns.host, port=ns.port, speed=ns.speed, metrics=not ns.no_metrics,
-            reject_when_waiting=ns.reject_when_waiting, reject_status=ns.reject_status,
-            on_ready=lambda port: print(f"READY {port}", flush=True)))
-    except ConfigError as exc:
-        print(f"ERROR {exc}", flush=True)
-        os._exit(2)
-    finally:
-        loop.close()
-
-
-if __name__ == "__main__":
-    _child_main()

@@ -136,7 +136,7 @@ async def sweep(prepared: Prepared, workload: WorkloadSpec, spec: SweepSpec, *, 
     previous = check_resume(out_dir, full_spec) if resume else []
     runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
                              metrics_required=metrics_required, count_tokens=prepared.count_tokens,
-                             progress=lambda: view.progress, slow_client=slow_client)
+                             progress=lambda: view.progress, slow_client=slow_client, seed=workload.seed)
     with ResultWriter(out_dir, kind="sweep", spec=full_spec, target_info=target_info_dict(prepared),
                       resume=resume) as writer:
 
@@ -161,7 +161,7 @@ async def run_one(prepared: Prepared, workload: WorkloadSpec, level: LevelSpec, 
                   metrics_url: str | None, metrics_required: bool, view: LiveView) -> LevelOutcome:
     runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
                              metrics_required=metrics_required, count_tokens=prepared.count_tokens,
-                             progress=lambda: view.progress)
+                             progress=lambda: view.progress, seed=workload.seed)
     writer = (ResultWriter(out_dir, kind="run", spec=result_spec(prepared, workload, level=msgspec.to_builtins(level)),
                            target_info=target_info_dict(prepared)) if out_dir else None)
     try:

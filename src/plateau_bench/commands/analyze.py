@@ -7,9 +7,9 @@ from typing import Annotated, Any
 
 import msgspec
 import typer
-from rich.console import Console
 
 from plateau_bench.analysis.diagnosis import diagnose
+from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ResultsError
 from plateau_bench.report.results import load_levels, load_summary
 from plateau_bench.report.terminal import level_table, summary_sentence, verdict_text
@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
                    "knee": knee.to_dict() if knee else None}
             typer.echo(msgspec.json.format(msgspec.json.encode(out), indent=2).decode())
             return
-        console = Console()
+        console = wide_console()
         console.print(level_table(levels, title=f"{run_dir}"))
         console.print(summary_sentence(levels, plateau.to_dict() if plateau else None,
                                        knee.to_dict() if knee else None))

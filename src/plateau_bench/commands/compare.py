@@ -13,12 +13,12 @@ from typing import Annotated
 
 import msgspec
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from plateau_bench.analysis.compare import Comparison, PairResult, RunData, compare_runs
 from plateau_bench.analysis.slo import parse_slo
+from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.results import load_levels, load_requests, load_summary
 from plateau_bench.spec import parse_duration, parse_int_list
@@ -202,7 +202,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(msgspec.json.format(msgspec.json.encode(comp.to_dict()), indent=2).decode())
             return
-        console = Console()
+        console = wide_console()
         console.print(comparison_table(comp))
         for line in comparison_lines(comp):
             console.print(line, style="yellow" if line.startswith("Warning") else None, highlight=False,

@@ -10,7 +10,6 @@ from typing import Annotated, Any
 
 import msgspec
 import typer
-from rich.console import Console
 
 from plateau_bench.analysis.metrics import seed_line
 from plateau_bench.analysis.plateau import SearchConfig
@@ -99,7 +98,7 @@ def register(app: typer.Typer) -> None:
                           max_concurrency=max_concurrency, warmup=warmup)
         level.validate()
         workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
-        console = Console()
+        console = o.wide_console()
 
         async def main() -> None:
             async with _target_url(url, preset, sim_speed) as (target_url, twin):
@@ -207,7 +206,7 @@ def register(app: typer.Typer) -> None:
         if resume is not None and out is not None and Path(out) != Path(resume):
             raise ConfigError("--resume continues in its own directory; drop --out or make it the same")
         out_dir = resume or out_dir_or_temp(out, "sweep")
-        console = Console()
+        console = o.wide_console()
 
         async def main() -> None:
             async with _target_url(url, preset, sim_speed) as (target_url, twin):

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from plateau_bench.errors import ConfigError
 from plateau_bench.spec import TargetSpec, WorkloadSpec, parse_duration
@@ -80,3 +81,9 @@ def workload_spec(input_len: int, output_len: int, range_ratio: float, dataset: 
                         dataset=str(dataset) if dataset else None, seed=seed, tokenizer=tokenizer)
     spec.validate()
     return spec
+
+
+def wide_console() -> Console:
+    """Tables keep one line per level: when stdout is not a terminal, do not wrap at 80 columns."""
+    console = Console()
+    return console if console.is_terminal else Console(width=160)

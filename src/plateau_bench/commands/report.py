@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.html import check_writable, render_html, write_text
 from plateau_bench.report.plots import write_pngs
@@ -58,6 +58,6 @@ def register(app: typer.Typer) -> None:
             else:
                 typer.echo(text, nl=False)
         if html_out is None and png_dir is None and fmt is None:
-            console = Console()
+            console = wide_console()
             for run in runs:
                 console.print(level_table(run.levels, title=str(run.path)))

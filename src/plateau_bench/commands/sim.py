@@ -8,10 +8,10 @@ from typing import Annotated, Any
 
 import msgspec
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from plateau_bench.analysis.metrics import compute_level, seed_line
+from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ConfigError
 from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration, parse_int_list
 
@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
             table.add_row(p.name, p.policy, f"{p.max_num_seqs:,}", f"{p.max_num_batched_tokens:,}",
                           f"{p.kv_tokens:,}", f"{s.t0 * 1e3:.3g}", f"{s.a * 1e6:.3g}", f"{s.b * 1e6:.3g}",
                           f"{s.c * 1e9:.3g}")
-        console = Console()
+        console = wide_console()
         console.print(table)
         if details:
             for p in presets:

@@ -68,6 +68,7 @@ class HttpLevelRunner:
         count_tokens: Callable[[str], int] | None = None,
         progress: Callable[[], LevelProgress | None] = lambda: None,
         slow_client: float = 0.0,
+        seed: int = 0,
     ) -> None:
         self.target = target
         self.prompts = prompts
@@ -76,6 +77,7 @@ class HttpLevelRunner:
         self.count_tokens = count_tokens
         self.progress = progress
         self.slow_client = slow_client
+        self.seed = seed
         self.engine: str | None = None
 
     async def run_level(
@@ -102,10 +104,11 @@ class HttpLevelRunner:
 
         stop = asyncio.Event()
         scraper = (TelemetryScraper(self.metrics_url, t0_ns=t0) if self.metrics_url else None)
-        health = HealthSampler(busy_fraction=self.slow_client)
         async with StreamingClient(self.target, concurrency=width, t0_ns=t0,
                                    count_tokens=self.count_tokens) as client:
             sender = _TrackingSender(client, progress)
+            health = HealthSampler(busy_fraction=self.slow_client, t0_ns=t0,
+                                   in_flight=lambda: len(sender.in_flight))
             if scraper is not None:
                 await scraper.start(wait_first=True)
                 if self.metrics_required:
@@ -115,7 +118,7 @@ class HttpLevelRunner:
             monitor = asyncio.create_task(self._monitor(level, precision, records, sender, scraper, progress,
                                                         stop, t0))
             try:
-                await run_level(sender, self.prompts, level, t0_ns=t0, on_record=collect, stop=stop)
+                await run_level(sender, self.prompts, level, t0_ns=t0, on_record=collect, stop=stop, seed=self.seed)
             finally:
                 monitor.cancel()
                 health_samples = await health.stop()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -26,7 +27,7 @@ def _lat(v: float | None) -> str:
 
 
 def _pair(lat: Latency) -> str:
-    return f"{_lat(lat.p50)} / {_lat(lat.p99)}"
+    return f"{_lat(lat.p50)}/{_lat(lat.p99)}"
 
 
 def level_key(level: LevelResult) -> str:
@@ -38,16 +39,10 @@ def level_key(level: LevelResult) -> str:
 def level_table(levels: Sequence[LevelResult], *, title: str | None = None) -> Table:
     """One row per level, in the order measured, sorted by concurrency."""
     burst = any(lv.mode == "burst" for lv in levels)
-    table = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
-    table.add_column("level", justify="right")
-    table.add_column("ok/err", justify="right")
-    table.add_column("out tok/s", justify="right")
-    table.add_column("gain", justify="right")
-    table.add_column("TTFT p50/p99", justify="right")
-    table.add_column("TPOT p50/p99", justify="right")
-    table.add_column("E2E p50/p99", justify="right")
-    table.add_column("achieved C", justify="right")
-    table.add_column("decoding C", justify="right")
+    table = Table(title=title, title_justify="left", header_style="bold", pad_edge=False, box=box.SIMPLE_HEAD)
+    for name in ("level", "ok/err", "out tok/s", "gain", "TTFT p50/p99", "TPOT p50/p99", "E2E p50/p99",
+                 "achieved C", "decoding C"):
+        table.add_column(name, justify="right", no_wrap=True)
     ordered = sorted(levels, key=lambda lv: (lv.concurrency or 0, lv.rate or 0.0))
     prev: LevelResult | None = None
     for lv in ordered:
@@ -112,6 +107,7 @@ def verdict_text(verdict: Mapping[str, Any]) -> Text:
         out.append(f"{line}\n")
     for line in verdict.get("suggestions", []):
         out.append("  Try: ", style="bold")
+        line = line[4:] if line.startswith("try ") else line
         out.append(f"{line}\n")
     out.rstrip()
     return out

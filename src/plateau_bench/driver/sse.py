@@ -36,7 +36,7 @@ Per-chunk token counts (``chunk_tokens``), in order of preference:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import msgspec
 
@@ -56,6 +56,10 @@ class SSEParser:
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add bytes read from the stream; return the payloads of the events they complete."""
+        # The usual read: exactly one "data: ..." event, whose only newlines are the final two.
+        if (not self._buf and data.startswith(_DATA_PREFIX) and data.find(b"\n") == len(data) - 2
+                and data.endswith(b"\n\n") and b"\r" not in data):
+            return [data[6:-2]]
         buf = self._buf + data if self._buf else data
         held_cr = b""
         if b"\r" in buf:
@@ -152,33 +156,44 @@ def error_message(error: ErrorBody | str) -> str:
 
 
 class StreamAccumulator:
-    """Everything one streamed response tells us, gathered as its bytes arrive."""
+    """Everything one streamed response tells us, gathered as its bytes arrive.
+
+    ``texts`` holds the text of each content chunk (content and reasoning together), aligned
+    with ``chunk_ns``.
+    """
 
     __slots__ = (
-        "_cumulative", "_parser", "chunk_ns", "done", "error", "events", "first_reasoning_ns",
-        "first_token_ns", "last_byte_ns", "protocol_error", "text_lengths", "texts",
+        "_cumulative", "_parser", "chunk_ns", "done", "error", "first_reasoning_ns",
+        "first_token_ns", "last_byte_ns", "other_events", "protocol_error", "texts",
         "usage_completion", "usage_prompt",
     )
 
     def __init__(self) -> None:
         self._parser = SSEParser()
         self.chunk_ns: list[int] = []
-        self.text_lengths: list[int] = []
         self.texts: list[str] = []
-        self._cumulative: list[int] | None = []  # usage at each content chunk; None once one lacks it
+        self._cumulative: list[int] = []  # usage.completion_tokens of content chunks that had it
         self.first_token_ns: int | None = None
         self.first_reasoning_ns: int | None = None
         self.last_byte_ns: int | None = None
         self.usage_prompt: int | None = None
         self.usage_completion: int | None = None
         self.done = False
-        self.events = 0
+        self.other_events = 0                   # events that were not content chunks
         self.error: str | None = None           # message of an error event from the server
         self.protocol_error: str | None = None  # malformed stream
+
+    @property
+    def events(self) -> int:
+        return self.other_events + len(self.chunk_ns)
 
     def feed(self, data: bytes, t_ns: int) -> bool:
         """Consume one read taken at ``t_ns``. Returns True when reading should stop (an error)."""
         self.last_byte_ns = t_ns
+        # Inlined from SSEParser.feed: the usual read is exactly one "data: ..." event.
+        if (not self._parser._buf and data.startswith(_DATA_PREFIX)
+                and data.find(b"\n") == len(data) - 2 and data.endswith(b"\n\n") and b"\r" not in data):
+            return self._consume((data[6:-2],), t_ns)
         return self._consume(self._parser.feed(data), t_ns)
 
     def close(self) -> None:
@@ -186,55 +201,60 @@ class StreamAccumulator:
         if self.last_byte_ns is not None:
             self._consume(self._parser.close(), self.last_byte_ns)
 
-    def _consume(self, payloads: list[bytes], t_ns: int) -> bool:
+    def _consume(self, payloads: Sequence[bytes], t_ns: int) -> bool:
+        # The hot path of the client: one pass per event, attribute look-ups kept to a minimum.
         for payload in payloads:
-            self.events += 1
-            if payload == DONE:
-                self.done = True
-                continue
             try:
                 chunk = _decode_chunk(payload)
             except msgspec.DecodeError as exc:
+                if payload == DONE:
+                    self.done = True
+                    self.other_events += 1
+                    continue
                 self.protocol_error = f"undecodable event: {exc}"
                 return True
-            if chunk.error is not None:
-                self.error = error_message(chunk.error)
+            if (chunk.usage is not None or chunk.error is not None) and self._usage_or_error(chunk):
                 return True
-            usage = chunk.usage
-            if usage is not None:
-                if usage.prompt_tokens is not None:
-                    self.usage_prompt = usage.prompt_tokens
-                if usage.completion_tokens is not None:
-                    self.usage_completion = usage.completion_tokens
-            if not chunk.choices:
+            choices = chunk.choices
+            if not choices:
+                self.other_events += 1
                 continue
-            choice = chunk.choices[0]
+            choice = choices[0]
             text = choice.text
-            reasoning = None
-            if text is None and choice.delta is not None:
+            if text is None:
                 delta = choice.delta
+                if delta is None:
+                    self.other_events += 1
+                    continue
                 text = delta.content
                 reasoning = delta.reasoning_content or delta.reasoning
-            if not text and not reasoning:
-                continue  # role-only, finish-only or held-back chunk: no token shows here
-            self.chunk_ns.append(t_ns)
+                if reasoning:
+                    if self.first_reasoning_ns is None:
+                        self.first_reasoning_ns = t_ns
+                    text = text + reasoning if text else reasoning
+            if not text:
+                self.other_events += 1  # role-only, finish-only or held-back chunk: no token shows
+                continue
             if self.first_token_ns is None:
                 self.first_token_ns = t_ns
-            length = 0
-            if text:
-                self.texts.append(text)
-                length = len(text)
-            if reasoning:
-                if self.first_reasoning_ns is None:
-                    self.first_reasoning_ns = t_ns
-                self.texts.append(reasoning)
-                length += len(reasoning)
-            self.text_lengths.append(length)
-            if self._cumulative is not None:
-                if usage is not None and usage.completion_tokens is not None:
-                    self._cumulative.append(usage.completion_tokens)
-                else:
-                    self._cumulative = None
+            self.chunk_ns.append(t_ns)
+            self.texts.append(text)
+            usage = chunk.usage
+            if usage is not None and usage.completion_tokens is not None:
+                self._cumulative.append(usage.completion_tokens)
+        return False
+
+    def _usage_or_error(self, chunk: StreamChunk) -> bool:
+        """The rare path: an error (True: stop reading) or a usage report."""
+        if chunk.error is not None:
+            self.error = error_message(chunk.error)
+            return True
+        usage = chunk.usage
+        if usage is not None:
+            if usage.prompt_tokens is not None:
+                self.usage_prompt = usage.prompt_tokens
+            if usage.completion_tokens is not None:
+                self.usage_completion = usage.completion_tokens
         return False
 
     def token_counts(
@@ -251,10 +271,11 @@ class StreamAccumulator:
             total, source = count_tokens("".join(self.texts)), TOKEN_SOURCE_TOKENIZER
         else:
             return n, [1] * n, TOKEN_SOURCE_ESTIMATE
-        return total, spread_tokens(total, self.text_lengths), source
+        return total, spread_tokens(total, [len(t) for t in self.texts]), source
 
     def _from_cumulative(self, total: int) -> list[int] | None:
         cum = self._cumulative
+        # every content chunk must have carried usage, else it is not a running count
         if not cum or len(cum) != len(self.chunk_ns) or cum[-1] > total:
             return None
         per_chunk: list[int] = []

@@ -31,6 +31,7 @@ class Plan:
     role_gap_s: float = 0.0          # pause between the role chunk and the first token
     reasoning_tokens: int = 0        # chat: the first N tokens arrive as reasoning_content
     error_after: int | None = None   # send an error event after this many tokens
+    stream_on_after_error: bool = False  # and keep streaming tokens after it
     status: int = 200
     keepalive: bool = False          # comments and blank lines between events
     crlf: bool = False
@@ -163,8 +164,10 @@ class ScriptedServer:
                 return resp
             if plan.error_after is not None and done >= plan.error_after:
                 await event({"error": {"message": "out of KV cache", "type": "InternalError"}})
-                await resp.write_eof()
-                return resp
+                if not plan.stream_on_after_error:
+                    await resp.write_eof()
+                    return resp
+                plan.error_after = None
             k = min(plan.tokens_per_chunk, total - done)
             done += k
             pending_tokens += k

@@ -305,3 +305,24 @@ async def test_empty_stream_is_a_protocol_error(server: ScriptedServer) -> None:
     record = await send_one(target(server.url))
     assert record.error == ErrorClass.PROTOCOL.value
     assert record.error_detail == "stream ended without [DONE], usage or tokens (no event; text/event-stream)"
+
+
+async def test_a_stopped_stream_does_not_poison_the_pool(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.error_after, server.plan.stream_on_after_error = 0.002, 2, True
+    async with StreamingClient(target(server.url), concurrency=1) as client:
+        first = await client.send(index=0, prompt="p", prompt_tokens=1, max_tokens=30, scheduled_ns=0)
+        second = await client.send(index=1, prompt="p", prompt_tokens=1, max_tokens=5, scheduled_ns=0)
+    assert first.error == ErrorClass.SERVER_ERROR_EVENT.value and len(first.chunk_ns) == 2
+    assert second.ok and second.output_tokens == 5 and len(second.chunk_ns) == 5
+
+
+async def test_cancellation_propagates_and_leaves_nothing_behind(server: ScriptedServer) -> None:
+    server.plan.ttft_s, server.plan.itl_s = 0.01, 0.05
+    async with StreamingClient(target(server.url), concurrency=1) as client:
+        task = asyncio.create_task(
+            client.send(index=0, prompt="p", prompt_tokens=1, max_tokens=50, scheduled_ns=0))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert not client_module._READ_SINKS

@@ -254,3 +254,30 @@ def test_spread_keeps_the_total(total: int, lengths: list[int]) -> None:
     assert len(counts) == len(lengths)
     if total >= len(lengths):
         assert min(counts) >= 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    texts=st.lists(st.text(min_size=1, max_size=6), max_size=12),
+    eol=st.sampled_from([b"\n", b"\r\n"]),
+    keepalive=st.booleans(),
+    data=st.data(),
+)
+def test_accumulator_sees_the_same_chunks_under_any_split(
+    texts: list[str], eol: bytes, keepalive: bool, data: st.DataObject
+) -> None:
+    frames = [b"data: " + json.dumps({"choices": [{"text": t}]}).encode() + eol + eol for t in texts]
+    frames.append(b"data: " + json.dumps({"choices": [], "usage": {"completion_tokens": len(texts)}}).encode()
+                  + eol + eol + b"data: [DONE]" + eol + eol)
+    if keepalive:
+        frames = [b": keep-alive" + eol + eol + f for f in frames]
+    stream = b"".join(frames)
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, max(1, len(stream) - 1)), max_size=10))))
+    acc = StreamAccumulator()
+    for t, (a, b) in enumerate(itertools.pairwise([0, *cuts, len(stream)])):
+        acc.feed(stream[a:b], t)
+    acc.close()
+    assert acc.texts == texts
+    assert acc.done and acc.protocol_error is None
+    assert acc.token_counts(None) == (len(texts), [1] * len(texts), TOKEN_SOURCE_USAGE)
+    assert acc.chunk_ns == sorted(acc.chunk_ns)

@@ -57,7 +57,11 @@ def _started(start: Callable[[], ServerHandle]) -> Iterator[ServerHandle]:
     try:
         handle = start()
     except ProvisioningError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        failure = str(exc)
+    else:
+        failure = ""
+    if failure:  # failed outside the except block so the report shows the log tail, not a chained traceback
+        pytest.fail(failure, pytrace=False)
     try:
         yield handle
     finally:

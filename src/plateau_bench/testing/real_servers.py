@@ -141,7 +141,8 @@ def free_port() -> int:
 def health_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=2.0) as response:
-            return response.status == 200
+            status: int = response.status
+            return status == 200
     except (urllib.error.URLError, OSError):
         return False
 

@@ -5,6 +5,9 @@ installs them and generates their random-weight models under ``$PLATEAU_CACHE`` 
 ``~/.cache/plateau-bench``). A server that is not provisioned makes every test using its fixture FAIL
 with the provisioning log's tail; nothing is skipped silently.
 
+Every test collected under this directory gets the ``real_server`` marker (also set by pytestmark in
+each file), so ``pytest -m "not real_server"`` runs the rest of the suite without these servers.
+
 Fixtures (session scope: each server starts once per test run and is stopped at the end):
 
 ``vllm_server`` -> ServerHandle
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +70,15 @@ def _started(start: Callable[[], ServerHandle]) -> Iterator[ServerHandle]:
         yield handle
     finally:
         handle.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Every test here needs a real server: mark them all, so `-m "not real_server"` leaves them out even
+    # when a test file forgets its pytestmark.
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.real_server)
 
 
 @pytest.fixture(scope="session")

@@ -9,12 +9,28 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Any
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from plateau_bench.errors import PlateauError
 
+
+class _Commands(TyperGroup):
+    """Turns a PlateauError from any command into one line on stderr and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PlateauError as exc:
+            typer.echo(f"plateau: error: {exc}", err=True)
+            raise typer.Exit(2) from None
+
+
 app = typer.Typer(
+    cls=_Commands,
     name="plateau",
     help="Find how many tokens/s an LLM deployment serves, where it stops scaling, and why.",
     no_args_is_help=True,

@@ -131,12 +131,12 @@ def check_resume(out_dir: Path, spec: dict[str, Any]) -> list[LevelResult]:
 
 async def sweep(prepared: Prepared, workload: WorkloadSpec, spec: SweepSpec, *, out_dir: Path,
                 metrics_url: str | None, metrics_required: bool, view: LiveView,
-                resume: bool = False, slow_client: float = 0.0) -> SweepRun:
+                resume: bool = False, slow_client_ms: float = 0.0) -> SweepRun:
     full_spec = result_spec(prepared, workload, sweep=spec.to_dict())
     previous = check_resume(out_dir, full_spec) if resume else []
     runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
                              metrics_required=metrics_required, count_tokens=prepared.count_tokens,
-                             progress=lambda: view.progress, slow_client=slow_client, seed=workload.seed)
+                             progress=lambda: view.progress, slow_client_ms=slow_client_ms, seed=workload.seed)
     with ResultWriter(out_dir, kind="sweep", spec=full_spec, target_info=target_info_dict(prepared),
                       resume=resume) as writer:
 

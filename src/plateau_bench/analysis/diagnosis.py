@@ -88,15 +88,19 @@ def _load_generator(levels: list[LevelResult]) -> Verdict | None:
         lag = lv.client.get("loop_lag_ms_p99")
         starved = (cpu is not None and cpu >= 90.0) or (lag is not None and lag >= 50.0)
         short = lv.mode != "rate" and _c(lv) > 0 and lv.achieved_concurrency < 0.85 * _c(lv)
-        server_idle = lv.telemetry.get("waiting_mean", 0.0) < 0.5
+        # A server holding (running or queued) far fewer requests than the client means to send
+        # has spare room: the requests are stuck in the client.
+        held = lv.telemetry.get("running_mean", 0.0) + lv.telemetry.get("waiting_mean", 0.0)
+        server_idle = "running_mean" not in lv.telemetry or held < 0.8 * _c(lv)
         if starved and short and server_idle:
             ev = [f"at C={_c(lv)} only {lv.achieved_concurrency:.1f} requests were in flight on average"]
             if cpu is not None:
                 ev.append(f"load generator CPU peaked at {cpu:.0f} % of one core")
             if lag is not None:
                 ev.append(f"event-loop lag p99 {lag:.0f} ms")
-            if "waiting_mean" in lv.telemetry:
-                ev.append(f"server waiting queue {lv.telemetry['waiting_mean']:.1f} on average: it had spare room")
+            if "running_mean" in lv.telemetry:
+                ev.append(f"the server held only {held:.1f} requests on average (running + waiting): "
+                          "it had spare room")
             return Verdict(
                 "load_generator", f"load generator bound from C={_c(lv)}: the client, not the server, is the limit",
                 "high" if cpu is not None and lag is not None else "medium", ev,
@@ -155,14 +159,19 @@ def _admission_cap(levels: list[LevelResult], plateau: Plateau, engine: str | No
     if len(top) < 2:
         return None
     stated = next((int(lv.telemetry["cap"]) for lv in top if lv.telemetry.get("cap")), None)
-    cap = stated or max(lv.peak_decoding for lv in top)
+    client_peak = max(lv.peak_decoding for lv in top)
+    server_peak = max((int(lv.telemetry["running_max"]) for lv in top if lv.telemetry.get("running_max")),
+                      default=0)
+    # The server's own running count is exact; the client's view can overlap a request's last token
+    # with the next one's first by network jitter, so it may read one or two above the cap.
+    cap = stated or (server_peak if server_peak >= 0.9 * client_peak else client_peak)
     if cap <= 0:
         return None
     # From the cap upwards the decoding peak must sit at the cap, whatever the concurrency.
     top = [lv for lv in levels if _c(lv) >= cap]
     pinned = [lv for lv in top if _c(lv) > cap * 1.05]
     peaks = [lv.peak_decoding for lv in top]
-    if not pinned or max(peaks) > cap or min(peaks) < 0.9 * cap:
+    if not pinned or max(peaks) > cap * 1.05 + 1 or min(peaks) < 0.9 * cap:
         return None
     # KV-bound servers also touch the cap now and then, but their decoding batch sags far below it
     # as sequences grow; under a cap the slots are refilled at once (a prefill-first scheduler

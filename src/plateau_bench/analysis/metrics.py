@@ -15,8 +15,10 @@ Definitions (times in ns since the level start; ``W = [w0, w1]`` is the measurem
 * **Achieved concurrency** (Little's law) = sum over requests of time in flight inside W / |W|.
   **Decoding concurrency** = the same from first token to end: requests past their first token.
   A server admission cap shows up here first.
-* **Peak decoding** = the most requests past their first token at one instant: a server that
-  admits at most N requests at a time can never exceed N, so this reads a cap exactly.
+* **Peak decoding** = the most requests between their first and last content token at one instant:
+  a server that admits at most N requests at a time never exceeds N, so this reads a cap (the last
+  content token, not the end of the stream, so the usage chunk and ``[DONE]`` arriving after the next
+  request's first token do not count as overlap).
 * **Request throughput** = successful requests ending in W / |W|.
 * Latency statistics cover successful requests sent within W (see ``_latency_population`` for
   the fallback when a heavily queued level has too few of them).
@@ -258,8 +260,8 @@ def compute_level(
         achieved_concurrency=_overlap_s(starts, ends, w) / length if length > 0 else 0.0,
         decoding_concurrency=_overlap_s(d_starts, d_ends, w) / length if length > 0 else 0.0,
         peak_in_flight=_peak_overlap([(r.sent_ns, r.end_ns) for r in measured]),
-        peak_decoding=_peak_overlap([(r.first_token_ns, r.end_ns) for r in decoding
-                                     if r.first_token_ns is not None]),
+        peak_decoding=_peak_overlap([(r.first_token_ns, r.chunk_ns[-1] if r.chunk_ns else r.end_ns)
+                                     for r in decoding if r.first_token_ns is not None]),
         ttft_ms=summarize(ttft),
         tpot_ms=summarize(tpot),
         itl_ms=summarize(itl_values, itl_weights) if itl_values.size else summarize([]),

@@ -176,8 +176,9 @@ def register(app: typer.Typer) -> None:
         as_json: o.Json = False,
         preset: o.Preset = "tiny",
         sim_speed: o.SimSpeed = 1.0,
-        slow_client: Annotated[float, typer.Option("--slow-client", hidden=True,
-                                                   help="Test hook: burn this share of the client's CPU.")] = 0.0,
+        slow_client_ms: Annotated[float, typer.Option("--slow-client-ms", hidden=True,
+                                                      help="Test hook: burn this much client CPU per "
+                                                      "finished request.")] = 0.0,
     ) -> None:
         """Push the load until throughput stops growing; find the plateau and the knee; say why."""
         from plateau_bench.orchestrate import metrics_url_for, out_dir_or_temp, prepare, sweep
@@ -218,7 +219,7 @@ def register(app: typer.Typer) -> None:
                 with LiveView(enabled=not quiet and not as_json) as view:
                     result = await sweep(prepared, workload, spec, out_dir=out_dir, metrics_url=m_url,
                                          metrics_required=required, view=view, resume=resume is not None,
-                                         slow_client=slow_client)
+                                         slow_client_ms=slow_client_ms)
             if as_json:
                 _print_json({**result.summary, "verdict": result.verdict.to_dict(), "out": str(out_dir),
                              "levels": [msgspec.to_builtins(lv) for lv in result.state.levels]})

@@ -67,7 +67,7 @@ class HttpLevelRunner:
         metrics_required: bool = False,
         count_tokens: Callable[[str], int] | None = None,
         progress: Callable[[], LevelProgress | None] = lambda: None,
-        slow_client: float = 0.0,
+        slow_client_ms: float = 0.0,
         seed: int = 0,
     ) -> None:
         self.target = target
@@ -76,7 +76,7 @@ class HttpLevelRunner:
         self.metrics_required = metrics_required
         self.count_tokens = count_tokens
         self.progress = progress
-        self.slow_client = slow_client
+        self.slow_client_ms = slow_client_ms
         self.seed = seed
         self.engine: str | None = None
 
@@ -96,6 +96,10 @@ class HttpLevelRunner:
         records: list[RequestRecord] = []
 
         def collect(r: RequestRecord) -> None:
+            if self.slow_client_ms > 0:  # test hook: a load generator that cannot keep up
+                until = time.perf_counter() + self.slow_client_ms / 1000
+                while time.perf_counter() < until:
+                    pass
             records.append(r)
             if progress is not None:
                 progress.record(r)
@@ -107,7 +111,7 @@ class HttpLevelRunner:
         async with StreamingClient(self.target, concurrency=width, t0_ns=t0,
                                    count_tokens=self.count_tokens) as client:
             sender = _TrackingSender(client, progress)
-            health = HealthSampler(busy_fraction=self.slow_client, t0_ns=t0,
+            health = HealthSampler(t0_ns=t0,
                                    in_flight=lambda: len(sender.in_flight))
             if scraper is not None:
                 await scraper.start(wait_first=True)

@@ -202,7 +202,12 @@ class SimServer:
             if body.get("stream"):
                 options = body.get("stream_options")
                 usage = isinstance(options, dict) and bool(options.get("include_usage"))
-                return await self._stream(request, stream, chat=chat, include_usage=usage)
+                try:
+                    return await self._stream(request, stream, chat=chat, include_usage=usage)
+                except ConnectionResetError:
+                    # The client went away (a level stopped early, Ctrl-C): the request is aborted
+                    # below, as a real server does; nothing to log.
+                    return web.Response(status=499)
             return await self._whole(stream, chat=chat)
         finally:
             self._streams.pop(req.rid, None)

@@ -1,0 +1,139 @@
+"""Sweeps over real HTTP against the twin's server, through the CLI, with and without /metrics.
+
+Each scenario runs a short fixed grid (or the adaptive search on the tiny preset) and checks the
+verdict saved in result.json, so the whole path (client, load loop, scraper, health sampler,
+analysis, result files) is exercised as a user runs it.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from plateau_bench.cli import app
+from plateau_bench.report.results import load_requests, load_summary, load_telemetry
+from plateau_bench.sim.config import EngineConfig
+from plateau_bench.sim.embed import start_sim_server
+from plateau_bench.sim.presets import get_preset
+
+FAST = ["--min-level-time", "1s", "--max-level-time", "3s", "--input-len", "32", "--output-len", "64",
+        "--quiet"]
+
+
+def sweep(tmp_path: Path, config: EngineConfig, *args: str, metrics: bool = True, speed: float = 4.0,
+          reject_when_waiting: int | None = None) -> dict[str, object]:
+    out = tmp_path / "run"
+    with start_sim_server(config, speed=speed, metrics=metrics, reject_when_waiting=reject_when_waiting) as twin:
+        flags = ["sweep", "--url", twin.url, "--out", str(out), *FAST, *args]
+        if not metrics:
+            flags.append("--no-metrics")
+        result = CliRunner().invoke(app, flags)
+    assert result.exit_code == 0, result.output
+    return load_summary(out)
+
+
+@pytest.fixture(params=[True, False], ids=["metrics", "client-only"])
+def metrics(request: pytest.FixtureRequest) -> Iterator[bool]:
+    yield request.param
+
+
+def test_tiny_adaptive_sweep_finds_the_cap(tmp_path: Path, metrics: bool) -> None:
+    config = get_preset("tiny").with_overrides(max_num_seqs=16)
+    summary = sweep(tmp_path, config, metrics=metrics)
+    verdict = summary["verdict"]
+    assert isinstance(verdict, dict)
+    assert verdict["constraint"] == "admission_cap"
+    assert verdict["estimated_cap"] == 16
+    knee = summary["knee"]
+    assert isinstance(knee, dict) and 8 <= knee["concurrency"] <= 16
+    if metrics:
+        assert summary["target"]["engine"] == "vllm"  # type: ignore[index]
+        assert any("(/metrics)" in e for e in verdict["evidence"])
+        assert any("running" in line for lines in load_telemetry(tmp_path / "run").values() for line in lines)
+    else:
+        assert not any("(/metrics)" in e for e in verdict["evidence"])
+    # Every finished request is on disk, one line each, and the summary counts match.
+    levels = summary["levels"]
+    assert isinstance(levels, list)
+    saved = load_requests(tmp_path / "run")
+    assert sum(lv["completed"] + lv["failed"] for lv in levels) == sum(
+        1 for recs in saved.values() for r in recs if not r.warmup)
+
+
+def test_kv_capacity_with_preemptions_as_evidence(tmp_path: Path, metrics: bool) -> None:
+    config = get_preset("tiny").with_overrides(max_num_seqs=64, kv_tokens=3000)
+    summary = sweep(tmp_path, config, "--concurrency", "4,8,16,32,64", "--output-len", "256", metrics=metrics)
+    verdict = summary["verdict"]
+    assert isinstance(verdict, dict)
+    assert verdict["constraint"] == "kv_capacity", verdict
+    if metrics:
+        assert any("preemptions" in e for e in verdict["evidence"])
+
+
+def test_compute_saturation(tmp_path: Path, metrics: bool) -> None:
+    config = get_preset("compute-bound").with_overrides(t0_ms=1.0, a_ms=0.2)
+    summary = sweep(tmp_path, config, "--concurrency", "2,4,8,16,32,64,128", metrics=metrics, speed=2.0)
+    verdict = summary["verdict"]
+    assert isinstance(verdict, dict)
+    assert verdict["constraint"] == "compute", verdict
+
+
+def test_rate_limiting_is_named(tmp_path: Path) -> None:
+    config = get_preset("tiny").with_overrides(max_num_seqs=8)
+    summary = sweep(tmp_path, config, "--concurrency", "2,4,8,16,32", "--max-error-rate", "0.9",
+                    reject_when_waiting=4)
+    verdict = summary["verdict"]
+    assert isinstance(verdict, dict)
+    assert verdict["constraint"] == "errors"
+    assert "429" in verdict["headline"]
+
+
+def test_starved_load_generator_is_named_first(tmp_path: Path) -> None:
+    config = get_preset("tiny").with_overrides(max_num_seqs=256)
+    summary = sweep(tmp_path, config, "--concurrency", "8,32,128", "--slow-client-ms", "8", metrics=True)
+    verdict = summary["verdict"]
+    assert isinstance(verdict, dict)
+    assert verdict["constraint"] == "load_generator", verdict
+
+
+def test_ctrl_c_keeps_finished_levels_and_resume_continues(tmp_path: Path) -> None:
+    config = get_preset("tiny").with_overrides(max_num_seqs=8)
+    out = tmp_path / "run"
+    grid = ["--concurrency", "2,4,8,16,32"]
+    with start_sim_server(config, speed=4.0) as twin:
+        args = [sys.executable, "-m", "plateau_bench", "sweep", "--url", twin.url, "--out", str(out), *FAST, *grid]
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if (out / "result.json").exists() and len(load_summary(out)["levels"]) >= 2:  # type: ignore[arg-type]
+                break
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130, err
+        assert b"--resume" in err
+        kept = load_summary(out)["levels"]
+        assert isinstance(kept, list) and 2 <= len(kept) < 5
+        assert sum(len(v) for v in load_requests(out).values()) >= sum(lv["completed"] for lv in kept)
+
+        differs = CliRunner().invoke(app, ["sweep", "--url", twin.url, "--resume", str(out), *FAST, *grid,
+                                           "--output-len", "65"])
+        assert differs.exit_code == 2
+        assert "made with another spec" in differs.output and "output_len" in differs.output
+
+        resumed = CliRunner().invoke(app, ["sweep", "--url", twin.url, "--resume", str(out), *FAST, *grid])
+        assert resumed.exit_code == 0, resumed.output
+    summary = load_summary(out)
+    levels = summary["levels"]
+    assert isinstance(levels, list)
+    assert sorted(lv["concurrency"] for lv in levels) == [2, 4, 8, 16, 32]
+    # The levels measured before the interruption are kept as they were.
+    assert levels[: len(kept)] == kept
+    assert summary["verdict"]["constraint"] == "admission_cap"  # type: ignore[index]

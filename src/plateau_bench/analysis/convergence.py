@@ -8,6 +8,10 @@ independent, and takes the Student-t 95 % confidence interval of their mean. A l
 when that interval's half-width is within ``precision`` of the mean after at least ``min_s`` of
 steady window, or when ``max_s`` of wall time has passed regardless.
 
+A closed loop starts synchronised (every worker sends at once), and the first wave of requests can
+look steady while it is not: the mix of prefills and decodes only settles once requests turn over.
+So the rule also waits until the level has finished ``min_turnover`` requests per worker.
+
 While a level runs only finished requests have records, so the window must end where the token
 count is already complete: at the send time of the oldest request still in flight (every token
 before it belongs to a finished request).
@@ -29,11 +33,14 @@ class PrecisionRule:
     min_s: float = 5.0
     max_s: float = 60.0
     batches: int = 10
+    min_turnover: float = 2.0
 
     def ci_rel(
         self, records: Sequence[RequestRecord], *, workers: int, complete_until_ns: int
     ) -> float | None:
         """Relative CI half-width of the steady throughput so far (None: not enough steady data)."""
+        if sum(1 for r in records if not r.warmup) < self.min_turnover * workers:
+            return None
         first_token: dict[int, int] = {}
         for r in records:
             if not r.warmup and r.first_token_ns is not None:

@@ -1,0 +1,83 @@
+"""How much load the adaptive sweep spends to find the plateau and the knee, against the classic grid.
+
+For twin presets with a known ceiling, in virtual time, side by side:
+
+* the adaptive sweep (steady levels stopped by the precision rule, and the same search in burst mode),
+* the seeds' way: a fixed grid in burst mode at 1, 256, 512, 768, 1024, 2048,
+* the reference: a dense steady grid (four levels per doubling, long levels) whose plateau and knee
+  are taken as the truth.
+
+Benchmark-seconds are seconds of load against the server (virtual time here: what the same sweep
+would cost on the real deployment the preset models). Prints figures and ratios; asserts nothing.
+
+    .venv/bin/python bench/sweep_efficiency.py [--presets seed-a-tp8ep,seed-b-fp4,compute-bound]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+
+from plateau_bench.analysis.plateau import SearchConfig
+from plateau_bench.sim.presets import get_preset
+from plateau_bench.sim.runner import VirtualLevelRunner
+from plateau_bench.spec import WorkloadSpec
+from plateau_bench.sweep import SweepSpec, run_sweep, summary_dict
+
+WORKLOADS = {"seed-a-tp8ep": (128, 512), "seed-b-fp4": (128, 128), "compute-bound": (128, 128)}
+GRID = (1, 256, 512, 768, 1024, 2048)
+
+
+def dense_grid(top: int = 4096) -> tuple[int, ...]:
+    values = sorted({max(1, round(2 ** (k / 4))) for k in range(0, 4 * top.bit_length())})
+    return tuple(v for v in values if v <= top)
+
+
+def run(preset: str, spec: SweepSpec, steady_s: float = 60.0) -> tuple[float, dict[str, object], int]:
+    inl, outl = WORKLOADS.get(preset, (128, 128))
+    runner = VirtualLevelRunner(get_preset(preset), WorkloadSpec(input_len=inl, output_len=outl), steady_s=steady_s)
+    state = asyncio.run(run_sweep(runner, spec))
+    return state.spent_s, summary_dict(state, spec), len(state.levels)
+
+
+def fmt(summary: dict[str, object]) -> tuple[float, float, str]:
+    plateau = summary["plateau"]
+    knee = summary["knee"]
+    assert isinstance(plateau, dict) and isinstance(knee, dict)
+    bracket = knee.get("bracket") or ["-", "-"]
+    return (plateau.get("throughput") or 0.0, knee.get("concurrency") or 0.0, f"[{bracket[0]},{bracket[1]}]")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--presets", default=",".join(WORKLOADS))
+    args = parser.parse_args()
+    print(f"{'preset':<14} {'method':<22} {'levels':>6} {'bench-s':>8} {'vs grid':>8} {'plateau':>9} {'err':>7} "
+          f"{'knee':>7} {'bracket':>12} {'knee err':>9}")
+    for preset in args.presets.split(","):
+        started = time.perf_counter()
+        truth_s, truth, truth_n = run(preset, SweepSpec(mode="steady", concurrencies=dense_grid(),
+                                                         max_level_s=600), steady_s=120)
+        t_plateau, t_knee, _ = fmt(truth)
+        rows = [
+            ("dense steady (truth)", SweepSpec(mode="steady", concurrencies=dense_grid(), max_level_s=600), 120.0),
+            ("fixed grid, burst", SweepSpec(mode="burst", concurrencies=GRID), 60.0),
+            ("adaptive, steady", SweepSpec(mode="steady", max_level_s=600), 60.0),
+            ("adaptive, burst", SweepSpec(mode="burst", search=SearchConfig()), 60.0),
+        ]
+        grid_s = None
+        for name, spec, steady_s in rows:
+            spent, summary, n = (truth_s, truth, truth_n) if name.startswith("dense") else run(preset, spec, steady_s)
+            if name.startswith("fixed"):
+                grid_s = spent
+            plateau, knee, bracket = fmt(summary)
+            ratio = f"{spent / grid_s:.2f}x" if grid_s else "-"
+            print(f"{preset:<14} {name:<22} {n:>6} {spent:>8.0f} {ratio:>8} {plateau:>9,.0f} "
+                  f"{(plateau / t_plateau - 1) if t_plateau else 0:>+7.1%} {knee:>7.0f} {bracket:>12} "
+                  f"{(knee / t_knee - 1) if t_knee else 0:>+9.1%}")
+        print(f"{'':<14} (wall time for this preset: {time.perf_counter() - started:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -39,6 +39,10 @@ Other configurations: call ``real_servers.start_vllm(max_num_seqs, port=None)`` 
 Cross-checks against vLLM's own benchmark: ``run_vllm_bench(args)`` (fixture) or
 ``real_servers.vllm_bench_serve(handle, args)`` runs ``vllm bench serve`` from the vLLM venv with the
 base URL, model and local tokenizer filled in, and returns the CompletedProcess.
+
+Driving the CLI: ``plateau_cli`` (fixture) -> PlateauCli with ``target(server)`` (the --url,
+--tokenizer and workaround flags for a server), ``invoke(*args)`` -> (exit code, output) and
+``saved(out, *args)`` -> result.json of a run that must exit 0.
 """
 
 from __future__ import annotations
@@ -46,8 +50,13 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
+
+from plateau_bench.cli import app
+from plateau_bench.report.results import load_summary
 
 from plateau_bench.testing import real_servers
 from plateau_bench.testing.real_servers import ProvisioningError, ServerHandle
@@ -55,6 +64,13 @@ from plateau_bench.testing.real_servers import ProvisioningError, ServerHandle
 VLLM_MAX_NUM_SEQS = 4
 LLAMACPP_PARALLEL = 4
 LLAMACPP_MODEL = "mid"
+
+# llama-server answers a streamed request with "Keep-Alive: timeout=5, max=100" but closes the
+# connection once the stream ends; a client that reuses that pooled connection for its next request
+# fails it ("Can not write request body" / "Server disconnected"), so every other request of a closed
+# loop fails. "Connection: close" keeps the measurements clean until the client recovers from a stale
+# connection by itself; test_faults_real.py checks the behaviour without it.
+LLAMACPP_STALE_CONNECTION_WORKAROUND = ("--header", "Connection: close")
 
 
 def _started(start: Callable[[], ServerHandle]) -> Iterator[ServerHandle]:
@@ -97,3 +113,29 @@ def run_vllm_bench(vllm_server: ServerHandle) -> Callable[[Sequence[str]], subpr
         return real_servers.vllm_bench_serve(vllm_server, args)
 
     return run
+
+
+class PlateauCli:
+    """Runs the ``plateau`` CLI in-process, as a user would, against a real server."""
+
+    def target(self, server: ServerHandle) -> list[str]:
+        flags = ["--url", server.url]
+        if server.tokenizer_dir is not None:
+            flags += ["--tokenizer", str(server.tokenizer_dir)]
+        if server.kind == "llamacpp":
+            flags += LLAMACPP_STALE_CONNECTION_WORKAROUND
+        return flags
+
+    def invoke(self, *args: str) -> tuple[int, str]:
+        result = CliRunner().invoke(app, list(args))
+        return result.exit_code, result.output
+
+    def saved(self, out: Path, *args: str) -> dict[str, Any]:
+        code, output = self.invoke(*args, "--out", str(out), "--quiet")
+        assert code == 0, output
+        return load_summary(out)
+
+
+@pytest.fixture
+def plateau_cli() -> PlateauCli:
+    return PlateauCli()

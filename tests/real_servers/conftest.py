@@ -57,7 +57,6 @@ from typer.testing import CliRunner
 
 from plateau_bench.cli import app
 from plateau_bench.report.results import load_summary
-
 from plateau_bench.testing import real_servers
 from plateau_bench.testing.real_servers import ProvisioningError, ServerHandle
 

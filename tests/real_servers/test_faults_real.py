@@ -28,8 +28,9 @@ STARTUP_DELAY_S = 3.0
 
 
 def _plateau(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "plateau_bench", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "plateau_bench", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 @pytest.fixture
@@ -46,7 +47,7 @@ def test_wait_ready_waits_for_a_server_that_is_still_starting() -> None:
     port = real_servers.free_port()
     url = f"http://{real_servers.HOST}:{port}"
     run = _plateau("run", "--url", url, "--wait-ready", "60s", "--concurrency", "2", "--num-requests", "2",
-                   "--input-len", "16", "--output-len", "8", "--json", "--quiet")
+                   "--input-len", "16", "--output-len", "8", "--json", "--quiet")  # fmt: skip
     server: ServerHandle | None = None
     try:
         time.sleep(STARTUP_DELAY_S)
@@ -74,8 +75,9 @@ def test_closed_port_without_wait_ready_is_one_line_naming_the_url(plateau_cli: 
     assert url in lines[0] and "connection refused" in lines[0]
 
 
-def test_server_killed_during_a_sweep_level(tiny_llamacpp: ServerHandle, tmp_path: Path,
-                                            plateau_cli: PlateauCli) -> None:
+def test_server_killed_during_a_sweep_level(
+    tiny_llamacpp: ServerHandle, tmp_path: Path, plateau_cli: PlateauCli
+) -> None:
     out = tmp_path / "sweep"
     sweep = _plateau(
         "sweep", *plateau_cli.target(tiny_llamacpp), "--out", str(out), "--concurrency", "1,2,4,8",
@@ -101,8 +103,11 @@ def test_server_killed_during_a_sweep_level(tiny_llamacpp: ServerHandle, tmp_pat
 
     summary = load_summary(out)
     levels = {lv["concurrency"]: lv for lv in summary["levels"]}
-    print(json.dumps({c: {k: lv[k] for k in ("completed", "failed", "errors", "level_failed")}
-                      for c, lv in levels.items()}))
+    print(
+        json.dumps(
+            {c: {k: lv[k] for k in ("completed", "failed", "errors", "level_failed")} for c, lv in levels.items()}
+        )
+    )
     print(f"stop reason: {summary['stop_reason']}; verdict: {summary['verdict']['headline']}")
     # The level finished before the crash is kept as measured.
     assert levels[1]["failed"] == 0 and levels[1]["completed"] > 0
@@ -114,14 +119,17 @@ def test_server_killed_during_a_sweep_level(tiny_llamacpp: ServerHandle, tmp_pat
     assert summary["plateau"]["reached"] is False
 
 
-@pytest.mark.xfail(strict=True, reason="llama-server closes the connection after each streamed response "
-                   "(while sending Keep-Alive); the client reuses it and the next request fails")
+@pytest.mark.xfail(
+    strict=True,
+    reason="llama-server closes the connection after each streamed response "
+    "(while sending Keep-Alive); the client reuses it and the next request fails",
+)
 def test_llamacpp_closing_kept_alive_connections_costs_no_request(
     llamacpp_server: ServerHandle, plateau_cli: PlateauCli
 ) -> None:
     code, output = plateau_cli.invoke("run", "--url", llamacpp_server.url, "--concurrency", "1",
                                       "--num-requests", "4", "--input-len", "16", "--output-len", "8", "--json",
-                                      "--quiet")
+                                      "--quiet")  # fmt: skip
     assert code == 0, output
     level = json.loads(output)
     assert (level["completed"], level["failed"]) == (4, 0), level["errors"]

@@ -20,15 +20,20 @@ pytestmark = pytest.mark.real_server
 
 CAP = 4  # --max-num-seqs / --parallel of the session servers (conftest)
 SHORT_LEVELS = ["--min-level-time", "2s", "--max-level-time", "8s", "--max-concurrency", "16",
-                "--input-len", "32", "--output-len", "64"]
+                "--input-len", "32", "--output-len", "64"]  # fmt: skip
 
 
 def _figures(summary: dict[str, Any]) -> str:
     levels = sorted(summary["levels"], key=lambda lv: lv["concurrency"])
-    table = [f"C={lv['concurrency']}: {lv['output_throughput']:.0f} tok/s, decoding C "
-             f"{lv['decoding_concurrency']:.1f}, {lv['completed']}/{lv['failed']} ok/failed" for lv in levels]
-    return json.dumps({"levels": table, "plateau": summary["plateau"], "knee": summary["knee"],
-                       "verdict": summary["verdict"]}, indent=1)
+    table = [
+        f"C={lv['concurrency']}: {lv['output_throughput']:.0f} tok/s, decoding C "
+        f"{lv['decoding_concurrency']:.1f}, {lv['completed']}/{lv['failed']} ok/failed"
+        for lv in levels
+    ]
+    return json.dumps(
+        {"levels": table, "plateau": summary["plateau"], "knee": summary["knee"], "verdict": summary["verdict"]},
+        indent=1,
+    )
 
 
 @pytest.mark.parametrize("metrics", [True, False], ids=["metrics", "client-only"])

@@ -50,8 +50,12 @@ def _vllm_figures(run_vllm_bench: VllmBench, result_dir: Path, name: str) -> dic
     assert done.returncode == 0, done.stderr[-3000:]
     saved = json.loads((result_dir / name).read_text())
     assert saved["completed"] == NUM_REQUESTS and saved["total_output_tokens"] == NUM_REQUESTS * OUTPUT_LEN
-    return {"output_tok_s": saved["output_throughput"], "mean_tpot_ms": saved["mean_tpot_ms"],
-            "mean_ttft_ms": saved["mean_ttft_ms"], "duration_s": saved["duration"]}
+    return {
+        "output_tok_s": saved["output_throughput"],
+        "mean_tpot_ms": saved["mean_tpot_ms"],
+        "mean_ttft_ms": saved["mean_ttft_ms"],
+        "duration_s": saved["duration"],
+    }
 
 
 def _plateau_figures(plateau_cli: PlateauCli, server: ServerHandle, out: Path) -> dict[str, float]:
@@ -61,8 +65,12 @@ def _plateau_figures(plateau_cli: PlateauCli, server: ServerHandle, out: Path) -
     )  # fmt: skip
     level = summary["levels"][0]
     assert level["completed"] == NUM_REQUESTS and level["output_tokens"] == NUM_REQUESTS * OUTPUT_LEN
-    return {"output_tok_s": level["output_throughput"], "mean_tpot_ms": level["tpot_ms"]["mean"],
-            "mean_ttft_ms": level["ttft_ms"]["mean"], "duration_s": level["duration_s"]}
+    return {
+        "output_tok_s": level["output_throughput"],
+        "mean_tpot_ms": level["tpot_ms"]["mean"],
+        "mean_ttft_ms": level["ttft_ms"]["mean"],
+        "duration_s": level["duration_s"],
+    }
 
 
 def _spread(values: list[float]) -> float:
@@ -84,9 +92,11 @@ def test_throughput_and_tpot_agree_with_vllm_bench_serve(
         theirs = [run[key] for run in vllm_runs]
         tolerance = max(TOLERANCE, _spread(ours), _spread(theirs))
         difference = abs(statistics.median(ours) - statistics.median(theirs)) / statistics.median(theirs)
-        print(f"{key}: vllm bench serve {[round(v, 2) for v in theirs]} (median {statistics.median(theirs):.2f}); "
-              f"plateau run {[round(v, 2) for v in ours]} (median {statistics.median(ours):.2f}); "
-              f"difference {difference:.1%}, tolerance {tolerance:.1%}")
+        print(
+            f"{key}: vllm bench serve {[round(v, 2) for v in theirs]} (median {statistics.median(theirs):.2f}); "
+            f"plateau run {[round(v, 2) for v in ours]} (median {statistics.median(ours):.2f}); "
+            f"difference {difference:.1%}, tolerance {tolerance:.1%}"
+        )
         if difference > tolerance:
             failures.append(f"{key} differs by {difference:.1%} (> {tolerance:.1%})")
     for name, runs in (("vllm bench serve", vllm_runs), ("plateau run", plateau_runs)):

@@ -25,8 +25,10 @@ from plateau_bench.report.results import ResultWriter, load_summary
 from plateau_bench.spec import LevelSpec, TargetSpec, WorkloadSpec
 from plateau_bench.sweep import (
     LevelOutcome,
+    RateSweepSpec,
     SweepSpec,
     SweepState,
+    run_rate_sweep,
     run_sweep,
     spec_differences,
     summary_dict,
@@ -91,7 +93,8 @@ def result_spec(prepared: Prepared, workload: WorkloadSpec, **extra: Any) -> dic
 
 
 def target_info_dict(prepared: Prepared) -> dict[str, Any]:
-    return msgspec.to_builtins(prepared.info)
+    info: dict[str, Any] = msgspec.to_builtins(prepared.info)
+    return info
 
 
 def metrics_url_for(target: TargetSpec, metrics_url: str | None, no_metrics: bool) -> tuple[str | None, bool]:
@@ -180,3 +183,26 @@ async def run_one(prepared: Prepared, workload: WorkloadSpec, level: LevelSpec, 
     finally:
         if writer:
             writer.close()
+
+
+async def rate_sweep(prepared: Prepared, workload: WorkloadSpec, spec: RateSweepSpec, *, out_dir: Path,
+                     metrics_url: str | None, metrics_required: bool, view: LiveView) -> SweepRun:
+    """``plateau sweep --rate auto``: the open-loop counterpart of the concurrency sweep."""
+    full_spec = result_spec(prepared, workload, sweep=spec.to_dict())
+    runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
+                             metrics_required=metrics_required, count_tokens=prepared.count_tokens,
+                             progress=lambda: view.progress, seed=workload.seed)
+    with ResultWriter(out_dir, kind="sweep", spec=full_spec, target_info=target_info_dict(prepared)) as writer:
+
+        def on_level(outcome: LevelOutcome) -> None:
+            for line in outcome.telemetry:
+                writer.add_telemetry(outcome.level.label, line)
+            writer.add_level(outcome.level)
+
+        state, summary = await run_rate_sweep(runner, spec, on_level=on_level, on_record=writer.add_request,
+                                              observer=view)
+        for key, value in summary.items():
+            writer.summary[key] = value
+        verdict = Verdict("open_loop", "rate sweep: see the departure rate", "n/a")
+        writer.flush_summary()
+    return SweepRun(state, summary, verdict, out_dir)

@@ -250,3 +250,109 @@ def spec_differences(saved: dict[str, Any], current: dict[str, Any], prefix: str
         elif msgspec.json.encode(a) != msgspec.json.encode(b):
             diffs.append(f"{name}: saved {a!r}, now {b!r}")
     return diffs
+
+
+# --- open-loop rate sweep ----------------------------------------------------------------------
+
+RATE_STEPS = 6
+LATENCY_DEPARTURE = 1.5   # latency "departs" from its low-load value once it exceeds it by this factor
+
+
+@dataclass(frozen=True)
+class RateSweepSpec:
+    """``--rate auto``: synchronous rate, maximum throughput, then open-loop rates in between.
+
+    ``rates`` given instead: just those open-loop rates (requests/s).
+    """
+
+    rates: tuple[float, ...] | None = None
+    throughput_concurrency: int = 256
+    steps: int = RATE_STEPS
+    burstiness: float = 1.0
+    precision: float = 0.02
+    min_level_s: float = 5.0
+    max_level_s: float = 60.0
+    warmup: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": "rate", "rates": list(self.rates) if self.rates else "auto",
+                "throughput_concurrency": self.throughput_concurrency, "steps": self.steps,
+                "burstiness": self.burstiness, "precision": self.precision, "min_level_s": self.min_level_s,
+                "max_level_s": self.max_level_s, "warmup": self.warmup}
+
+
+def departure_rate(levels: Sequence[LevelResult], baseline: LevelResult | None) -> float | None:
+    """The lowest offered rate whose E2E p50 exceeds the low-load (synchronous) E2E p50 by ``LATENCY_DEPARTURE``.
+
+    End-to-end latency, not TTFT: at low load TTFT is a few steps and doubles on noise, while E2E
+    carries the decode time every user waits for.
+    """
+    if baseline is None or not baseline.e2e_ms.p50:
+        return None
+    for lv in sorted((lv for lv in levels if lv.rate is not None), key=lambda lv: lv.rate or 0.0):
+        if lv.e2e_ms.p50 is not None and lv.e2e_ms.p50 > LATENCY_DEPARTURE * baseline.e2e_ms.p50:
+            return lv.rate
+    return None
+
+
+async def run_rate_sweep(
+    runner: LevelRunner,
+    spec: RateSweepSpec,
+    *,
+    on_level: Callable[[LevelOutcome], None] | None = None,
+    on_record: Callable[[str, RequestRecord], None] | None = None,
+    observer: SweepObserver | None = None,
+) -> tuple[SweepState, dict[str, Any]]:
+    """Measure the rate range an open-loop client can offer and where latency departs from idle."""
+    state = SweepState()
+    precision = PrecisionRule(spec.precision, spec.min_level_s, spec.max_level_s)
+
+    async def measure(level: LevelSpec, phase: str) -> LevelResult:
+        label = level.label if level.mode == "rate" else f"{phase} {level.label}"
+        if observer:
+            observer.level_started(level, Decision(level.concurrency, phase, phase))
+
+        def record_cb(r: RequestRecord) -> None:
+            if on_record:
+                on_record(label, r)
+
+        started = time.monotonic()
+        outcome = await runner.run_level(level, label=label, on_record=record_cb, precision=precision)
+        state.spent_s += outcome.benchmark_s if outcome.benchmark_s is not None else time.monotonic() - started
+        outcome.level.extra["phase"] = phase
+        state.levels.append(outcome.level)
+        if on_level:
+            on_level(outcome)
+        if observer:
+            observer.level_finished(outcome, None)
+        return outcome.level
+
+    baseline: LevelResult | None = None
+    rates = list(spec.rates or ())
+    summary: dict[str, Any] = {}
+    if not rates:
+        baseline = await measure(LevelSpec(mode="steady", concurrency=1, duration_s=spec.max_level_s,
+                                           warmup=spec.warmup), "synchronous")
+        peak = await measure(LevelSpec(mode="steady", concurrency=spec.throughput_concurrency,
+                                       duration_s=spec.max_level_s, warmup=spec.warmup), "throughput")
+        lo, hi = baseline.request_throughput, peak.request_throughput
+        if lo <= 0 or hi <= lo:
+            state.stop_reason = "no rate range: the throughput level is not faster than the synchronous one"
+            return state, {"rate_sweep": {"synchronous_rate": lo, "max_rate": hi, "rates": []}}
+        rates = [lo + (hi - lo) * k / (spec.steps + 1) for k in range(1, spec.steps + 1)]
+        summary = {"synchronous_rate": lo, "max_rate": hi}
+    for rate in rates:
+        lv = await measure(LevelSpec(mode="rate", rate=round(rate, 3), burstiness=spec.burstiness,
+                                     duration_s=spec.max_level_s, warmup=spec.warmup), "rate")
+        if lv.level_failed:
+            state.stop_reason = f"rate {rate:g}/s failed (mostly {lv.dominant_error})"
+            break
+    else:
+        state.stop_reason = "rate sweep finished"
+    rate_levels = [lv for lv in state.levels if lv.rate is not None]
+    summary.update({
+        "rates": [lv.rate for lv in rate_levels],
+        "departure_rate": departure_rate(rate_levels, baseline),
+        "low_load_e2e_p50_ms": baseline.e2e_ms.p50 if baseline else None,
+    })
+    return state, {"rate_sweep": summary, "stop_reason": state.stop_reason, "benchmark_seconds": state.spent_s}

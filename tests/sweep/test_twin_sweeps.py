@@ -107,3 +107,18 @@ def test_resume_after_an_interruption_gives_the_same_result() -> None:
     assert [lv.concurrency for lv in resumed_state.levels] == [lv.concurrency for lv in full_state.levels]
     assert resumed["plateau"] == full["plateau"]
     assert resumed["knee"] == full["knee"]
+
+
+def test_rate_sweep_spans_synchronous_to_maximum_and_finds_the_departure() -> None:
+    from plateau_bench.sweep import RateSweepSpec, run_rate_sweep
+
+    runner = VirtualLevelRunner(get_preset("tiny"), WorkloadSpec(input_len=64, output_len=64))
+    state, summary = asyncio.run(run_rate_sweep(runner, RateSweepSpec(min_level_s=2.0, max_level_s=20.0)))
+    rs = summary["rate_sweep"]
+    # C=1: a 64-token request takes ~2.1 ms x 63 + prefill = ~0.135 s -> ~7.4 req/s.
+    assert 6.0 < rs["synchronous_rate"] < 8.5
+    assert rs["max_rate"] > 10 * rs["synchronous_rate"]
+    assert len(rs["rates"]) == 6 and all(rs["synchronous_rate"] < r < rs["max_rate"] for r in rs["rates"])
+    # Open loop near the maximum queues behind the cap of 32: latency departs before the top rate.
+    assert rs["departure_rate"] is not None and rs["departure_rate"] <= rs["rates"][-1]
+    assert [lv.mode for lv in state.levels] == ["steady", "steady"] + ["rate"] * 6

@@ -20,7 +20,7 @@ from plateau_bench.errors import ConfigError
 from plateau_bench.report.live import LiveView
 from plateau_bench.report.terminal import level_table, summary_sentence, verdict_text
 from plateau_bench.spec import LevelSpec, parse_duration, parse_int_list
-from plateau_bench.sweep import SweepSpec
+from plateau_bench.sweep import LATENCY_DEPARTURE, RateSweepSpec, SweepSpec
 
 LEVEL = "Load level"
 SEARCH = "Sweep"
@@ -39,6 +39,33 @@ async def _target_url(url: str | None, preset: str, speed: float) -> AsyncIterat
 
 def _print_json(data: Any) -> None:
     typer.echo(msgspec.json.format(msgspec.json.encode(data), indent=2).decode())
+
+
+def _parse_rates(text: str) -> list[float]:
+    out = []
+    for part in text.split(","):
+        try:
+            value = float(part)
+        except ValueError:
+            raise ConfigError(f"--rate: {part.strip()!r} is not a number (or use --rate auto)") from None
+        if value <= 0:
+            raise ConfigError(f"--rate must be > 0 requests/s (got {value:g})")
+        out.append(value)
+    return out
+
+
+def rate_sentence(summary: dict[str, Any]) -> str:
+    def r(v: float | None) -> str:
+        return f"{v:.2f} req/s" if v is not None else "n/a"
+
+    parts = []
+    if summary.get("synchronous_rate") is not None:
+        parts.append(f"Synchronous rate {r(summary['synchronous_rate'])}, maximum throughput "
+                     f"{r(summary.get('max_rate'))}.")
+    departure = summary.get("departure_rate")
+    parts.append(f"Latency departs from its low-load value (E2E p50 x{LATENCY_DEPARTURE:g}) at {r(departure)}."
+                 if departure is not None else "Latency stayed near its low-load value at every rate measured.")
+    return " ".join(parts)
 
 
 def register(app: typer.Typer) -> None:
@@ -141,8 +168,11 @@ def register(app: typer.Typer) -> None:
         mode: Annotated[str, typer.Option("--mode", help="steady (closed loop, steady window) | burst "
                                           "(num-requests = C, the classic benchmark).",
                                           rich_help_panel=SEARCH)] = "steady",
-        rate: Annotated[str | None, typer.Option("--rate", help="Not for sweeps of concurrency.",
-                                                 hidden=True)] = None,
+        rate: Annotated[str | None, typer.Option("--rate", help="Open-loop sweep instead: 'auto' (synchronous "
+                                                 "rate to maximum throughput) or rates, e.g. 1,2,5 req/s.",
+                                                 rich_help_panel=SEARCH)] = None,
+        burstiness: Annotated[float, typer.Option("--burstiness", help="Open loop: gamma shape of "
+                                                  "inter-arrivals (1 = Poisson).", rich_help_panel=SEARCH)] = 1.0,
         start: Annotated[int, typer.Option("--start", help="First concurrency of the search.",
                                            rich_help_panel=SEARCH)] = 1,
         max_concurrency: Annotated[int, typer.Option("--max-concurrency", help="Never go above this.",
@@ -181,10 +211,12 @@ def register(app: typer.Typer) -> None:
                                                       "finished request.")] = 0.0,
     ) -> None:
         """Push the load until throughput stops growing; find the plateau and the knee; say why."""
-        from plateau_bench.orchestrate import metrics_url_for, out_dir_or_temp, prepare, sweep
+        from plateau_bench.orchestrate import metrics_url_for, out_dir_or_temp, prepare, rate_sweep, sweep
 
-        if rate is not None:
-            raise ConfigError("--rate is an open-loop flag: use plateau run --rate for one level")
+        if rate is not None and mode == "burst":
+            raise ConfigError("--mode burst sends C requests at once; it cannot be combined with --rate")
+        if rate is not None and concurrency:
+            raise ConfigError("--rate sweeps request rates; drop --concurrency (or drop --rate)")
         if mode not in ("steady", "burst"):
             raise ConfigError(f"--mode must be steady or burst (got {mode!r})")
         grid = tuple(parse_int_list(concurrency, "--concurrency")) if concurrency else None
@@ -201,6 +233,16 @@ def register(app: typer.Typer) -> None:
             max_error_rate=max_error_rate,
         )
         spec.validate()
+        rate_spec = None
+        if rate is not None:
+            if burstiness <= 0:
+                raise ConfigError(f"--burstiness must be > 0 (got {burstiness})")
+            rates = None if rate.strip().lower() == "auto" else tuple(_parse_rates(rate))
+            rate_spec = RateSweepSpec(rates=rates, throughput_concurrency=min(max_concurrency, 256),
+                                      burstiness=burstiness, precision=precision, min_level_s=spec.min_level_s,
+                                      max_level_s=spec.max_level_s, warmup=warmup)
+            if resume is not None:
+                raise ConfigError("--resume continues concurrency sweeps; a rate sweep starts afresh")
         if start <= 0 or max_concurrency < start:
             raise ConfigError("--start must be >= 1 and <= --max-concurrency")
         workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
@@ -217,14 +259,25 @@ def register(app: typer.Typer) -> None:
                                          wait_ready_s=parse_duration(wait_ready) if wait_ready else None, twin=twin)
                 m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
                 with LiveView(enabled=not quiet and not as_json) as view:
-                    result = await sweep(prepared, workload, spec, out_dir=out_dir, metrics_url=m_url,
-                                         metrics_required=required, view=view, resume=resume is not None,
-                                         slow_client_ms=slow_client_ms)
+                    if rate_spec is not None:
+                        result = await rate_sweep(prepared, workload, rate_spec, out_dir=out_dir, metrics_url=m_url,
+                                                  metrics_required=required, view=view)
+                    else:
+                        result = await sweep(prepared, workload, spec, out_dir=out_dir, metrics_url=m_url,
+                                             metrics_required=required, view=view, resume=resume is not None,
+                                             slow_client_ms=slow_client_ms)
             if as_json:
                 _print_json({**result.summary, "verdict": result.verdict.to_dict(), "out": str(out_dir),
                              "levels": [msgspec.to_builtins(lv) for lv in result.state.levels]})
                 return
             levels = result.state.levels
+            if rate_spec is not None:
+                for lv in levels:
+                    console.print(seed_line(lv), highlight=False, soft_wrap=True)
+                console.print(level_table(levels, title="open-loop rate sweep"))
+                console.print(rate_sentence(result.summary["rate_sweep"]), highlight=False)
+                console.print(f"results: {out_dir}", highlight=False)
+                return
             title = f"{len(levels)} levels" + (" (burst mode: num-requests = C)" if mode == "burst" else "")
             for lv in sorted(levels, key=lambda lv: lv.concurrency or 0):
                 console.print(seed_line(lv), highlight=False, soft_wrap=True)

@@ -91,7 +91,8 @@ class HttpLevelRunner:
         progress = self.progress()
         if progress is not None and precision is not None:
             progress.precision = precision.precision
-        width = level.concurrency or level.max_concurrency or 256
+        # An unbounded open loop may need many connections; the pool opens them only as needed.
+        width = level.concurrency or level.max_concurrency or 4096
         t0 = time.monotonic_ns()
         records: list[RequestRecord] = []
 
@@ -152,9 +153,9 @@ class HttpLevelRunner:
                 last = scraper.samples[-1]
                 progress.server_running = last.get("running")
                 progress.server_waiting = last.get("waiting")
-            if precision is None or level.mode != "steady":
+            if precision is None or level.mode == "burst":
                 continue
-            workers = level.concurrency or 1
+            workers = level.concurrency or 1  # open loop: records carry worker -1, one "worker"
             complete = sender.complete_until_ns()
             if progress is not None:
                 progress.ci_rel = precision.ci_rel(records, workers=workers, complete_until_ns=complete)

@@ -68,6 +68,8 @@ class VirtualLevelRunner:
     async def run_level(self, level: LevelSpec, *, label: str, on_record: Callable[[RequestRecord], None] | None,
                         precision: PrecisionRule | None) -> LevelOutcome:
         cut_s: float | None = None
+        if level.mode == "rate" and precision is not None:
+            level = msgspec.structs.replace(level, duration_s=precision.max_s)
         if level.mode == "steady":
             if precision is not None:
                 duration = precision.max_s
@@ -78,7 +80,7 @@ class VirtualLevelRunner:
                     duration = max(duration, 4 * e2e * max(1.0, level.concurrency / c))
             level = msgspec.structs.replace(level, duration_s=duration)
         records = simulate_level(self.config, level, self.workload, chunks=self.chunks).records
-        if level.mode == "steady" and precision is not None:
+        if level.mode != "burst" and precision is not None:
             cut_s = replay_precision(records, precision, level.concurrency or 1, self.check_s)
             if cut_s is not None:
                 records = [r for r in records if r.end_ns <= cut_s * NS]

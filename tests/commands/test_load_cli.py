@@ -1,0 +1,79 @@
+"""`plateau run` / `plateau sweep`: bad input is one line on stderr and exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from plateau_bench.cli import app
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.output
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["run", "--concurrency", "0"], "--concurrency must be a positive integer"),
+    (["run", "--concurrency", "4", "--duration", "-5s"], "duration must be positive"),
+    (["run", "--rate", "0", "--duration", "10s"], "--rate must be > 0"),
+    (["run", "--mode", "burst", "--concurrency", "4", "--duration", "10s"], "cannot take --duration"),
+    (["run", "--concurrency", "4", "--endpoint", "embeddings"], "--endpoint must be"),
+    (["run", "--concurrency", "4", "--url", "ftp://x"], "--url must start with http"),
+    (["run", "--concurrency", "4", "--header", "novalue"], "--header must look like Name:value"),
+    (["run", "--concurrency", "4", "--dataset", "/nonexistent/file.jsonl"], "cannot read dataset"),
+    (["run", "--concurrency", "4", "--tokenizer", "/nonexistent/tok"], "no such file or directory"),
+    (["run", "--concurrency", "4", "--input-len", "0"], "--input-len must be >= 1"),
+    (["run", "--url", "http://127.0.0.1:9", "--concurrency", "2"], "cannot reach http://127.0.0.1:9"),
+    (["sweep", "--mode", "burst", "--rate", "auto"], "cannot be combined with --rate"),
+    (["sweep", "--rate", "fast"], "is not a number"),
+    (["sweep", "--rate", "auto", "--concurrency", "1,2"], "drop --concurrency"),
+    (["sweep", "--slo", "ttft_p42=1s"], "unknown statistic"),
+    (["sweep", "--slo", "latency_p99=1s"], "unknown metric"),
+    (["sweep", "--budget", "2s"], "below one level"),
+    (["sweep", "--concurrency", "1,x"], "is not an integer"),
+    (["sweep", "--mode", "open"], "--mode must be steady or burst"),
+    (["sweep", "--precision", "2"], "--precision must be in (0, 1)"),
+])
+def test_bad_input_is_one_line(args: list[str], fragment: str) -> None:
+    code, output = invoke(*args)
+    assert code == 2, output
+    assert fragment in output
+    assert "Traceback" not in output
+    assert output.strip().count("\n") == 0
+
+
+def test_unwritable_output_directory(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, output = invoke("run", "--concurrency", "1", "--num-requests", "1", "--out", str(blocker / "sub"),
+                          "--quiet")
+    assert code == 2
+    assert "cannot write to output directory" in output
+
+
+def test_resume_of_a_directory_without_results(tmp_path: Path) -> None:
+    code, output = invoke("sweep", "--resume", str(tmp_path), "--quiet")
+    assert code == 2
+    assert "result.json not found" in output
+
+
+def test_diagnose_bad_directories(tmp_path: Path) -> None:
+    code, output = invoke("diagnose", str(tmp_path))
+    assert code == 2 and "no results" in output
+    (tmp_path / "result.json").write_text('{"schema_version": 99, "levels": []}')
+    code, output = invoke("diagnose", str(tmp_path))
+    assert code == 2 and "schema 99" in output
+
+
+def test_api_key_never_reaches_output_or_results(tmp_path: Path) -> None:
+    secret = "sk-test-0123456789abcdef"
+    out = tmp_path / "run"
+    code, output = invoke("run", "--concurrency", "2", "--num-requests", "4", "--output-len", "8",
+                          "--api-key", secret, "--header", "X-Api-Token:" + secret, "--out", str(out), "--quiet")
+    assert code == 0, output
+    assert secret not in output
+    for f in out.iterdir():
+        assert secret not in f.read_text(), f.name

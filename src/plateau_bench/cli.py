@@ -11,7 +11,6 @@ import importlib
 import sys
 from typing import Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -21,7 +20,7 @@ from plateau_bench.errors import PlateauError
 class _Commands(TyperGroup):
     """Turns a PlateauError from any command into one line on stderr and exit code 2."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: typer.Context) -> Any:
         try:
             return super().invoke(ctx)
         except PlateauError as exc:

@@ -20,7 +20,7 @@ from plateau_bench.errors import PlateauError
 class _Commands(TyperGroup):
     """Turns a PlateauError from any command into one line on stderr and exit code 2."""
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context; the type is not public
         try:
             return super().invoke(ctx)
         except PlateauError as exc:

@@ -258,7 +258,8 @@ def register(app: typer.Typer) -> None:
                 prepared = await prepare(target, workload, 2 * n,
                                          wait_ready_s=parse_duration(wait_ready) if wait_ready else None, twin=twin)
                 m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
-                with LiveView(enabled=not quiet and not as_json) as view:
+                planned = len(grid) if grid else (len(rate_spec.rates or ()) or 8) if rate_spec else 12
+                with LiveView(enabled=not quiet and not as_json, est_levels=planned) as view:
                     if rate_spec is not None:
                         result = await rate_sweep(prepared, workload, rate_spec, out_dir=out_dir, metrics_url=m_url,
                                                   metrics_required=required, view=view)

@@ -102,14 +102,17 @@ class SimRequest:
 
 
 class _Plan:
-    __slots__ = ("blocked", "blocked_need", "dt", "k", "n_decode", "preempted", "prefills", "t_start")
+    __slots__ = ("blocked", "blocked_need", "dt", "k", "kv_read", "n_decode", "preempted", "prefill_tokens",
+                 "prefills", "t_start")
 
-    def __init__(self) -> None:
-        self.t_start = 0.0
+    def __init__(self, t_start: float) -> None:
+        self.t_start = t_start
         self.dt = 0.0
         self.k = 1
         self.n_decode = 0
         self.prefills: list[tuple[SimRequest, int]] = []
+        self.prefill_tokens = 0     # sum of the prefill chunks
+        self.kv_read = 0            # KV tokens the prefill chunks attend to
         self.preempted = 0
         self.blocked = ""
         self.blocked_need = 0
@@ -137,7 +140,11 @@ class Engine:
         self._cap = config.max_num_seqs
         self._budget = config.max_num_batched_tokens
         self._mixed = config.policy == "mixed"
-        self._model = config.step
+        self._model = model = config.step
+        # The step-time coefficients, read once per step on the hot path (same formula as step_time).
+        self._t0, self._a, self._b, self._c = model.t0, model.a, model.b, model.c
+        self._max_len = config.max_model_len
+        self._kv_capacity = self._num_blocks * self._bs
         self._g = 0
         self._next_rid = 0
         self._pending: list[tuple[float, int, SimRequest]] = []
@@ -159,6 +166,28 @@ class Engine:
     def submit(self, prompt_tokens: int, max_tokens: int, *, arrival: float | None = None,
                worker: int = -1, payload: object = None) -> SimRequest:
         """Queue a request arriving at ``arrival`` (default: now). Raises RequestRejected."""
+        total = prompt_tokens + max_tokens
+        # One test for the common case; _reject re-checks in order to name the first broken rule.
+        # (A request needs ceil((total - 1) / block_size) blocks: more than the cache has exactly
+        # when total - 1 exceeds the cache's token capacity.)
+        if (max_tokens < 1 or prompt_tokens < 1 or total > self._max_len or self._cap == 0
+                or total - 1 > self._kv_capacity):
+            self._reject(prompt_tokens, max_tokens)
+        now = self.now
+        # Same choice as max(arrival, now), including which of two equal values is kept.
+        when = now if arrival is None else (now if now > arrival else arrival)
+        req = SimRequest(self._next_rid, prompt_tokens, max_tokens, when, worker, payload)
+        self._next_rid += 1
+        if self.chunks:
+            req.times = []
+        if when <= now and self._inflight is None:
+            req.state = WAITING
+            self._waiting.append(req)
+        else:
+            heapq.heappush(self._pending, (when, req.rid, req))
+        return req
+
+    def _reject(self, prompt_tokens: int, max_tokens: int) -> None:
         cfg = self.config
         if max_tokens < 1:
             raise RequestRejected(f"max_tokens must be at least 1, got {max_tokens}.")
@@ -176,17 +205,6 @@ class Engine:
             raise RequestRejected(
                 f"the request needs {prompt_tokens + max_tokens - 1} KV-cache tokens but the cache holds "
                 f"{self._num_blocks * self._bs}.")
-        req = SimRequest(self._next_rid, prompt_tokens, max_tokens,
-                         self.now if arrival is None else max(arrival, self.now), worker, payload)
-        self._next_rid += 1
-        if self.chunks:
-            req.times = []
-        if req.arrival <= self.now and self._inflight is None:
-            req.state = WAITING
-            self._waiting.append(req)
-        else:
-            heapq.heappush(self._pending, (req.arrival, req.rid, req))
-        return req
 
     def abort(self, req: SimRequest) -> None:
         """Drop a request (its client went away): free its KV blocks; no finish callback."""
@@ -275,26 +293,22 @@ class Engine:
             self._pull_arrivals()
         if not self._running and not self._waiting:
             return None
-        plan = _Plan()
-        plan.t_start = self.now
+        plan = _Plan(self.now)
         if self._mixed:
             if self._n_decode:
                 self._allocate_decode(plan)
             self._plan_prefill(plan, self._budget - self._n_decode)
+            plan.n_decode = n_decode = self._n_decode
         else:
             self._plan_prefill(plan, self._budget)
             if not plan.prefills and self._n_decode:
                 self._allocate_decode(plan)
-        plan.n_decode = n_decode = self._n_decode if (self._mixed or not plan.prefills) else 0
-        prefill_tokens = 0
-        kv_read = 0
-        for req, chunk in plan.prefills:
-            prefill_tokens += chunk
-            kv_read += req.computed
+            plan.n_decode = n_decode = 0 if plan.prefills else self._n_decode
+        kv_read = plan.kv_read
         if n_decode:
             kv_read += self._key_sum + n_decode * self._g
-        model = self._model
-        plan.dt = model.step_time(n_decode, prefill_tokens, kv_read)
+        # StepModel.step_time, inlined (same operations in the same order).
+        plan.dt = self._t0 + self._a * n_decode + self._b * plan.prefill_tokens + self._c * kv_read
         if n_decode and not plan.prefills and not plan.preempted:
             self._extend_to_jump(plan, t_limit, kv_read)
         return plan
@@ -302,13 +316,14 @@ class Engine:
     def _allocate_decode(self, plan: _Plan) -> None:
         """Give every decoder its block for this step, preempting the newest requests if needed."""
         bs = self._bs
+        phase = self._phase
+        running = self._running
         while True:
-            need = self._phase[-self._g % bs]
+            need = phase[-self._g % bs]
             if need <= self._num_blocks - self._blocks_used:
                 self._blocks_used += need
                 return
-            victim = self._running[next(reversed(self._running))]
-            self._preempt(victim)
+            self._preempt(running[next(reversed(running))])
             plan.preempted += 1
             plan.blocked = "preempted"
             if not self._n_decode:
@@ -318,56 +333,74 @@ class Engine:
         bs = self._bs
         free = self._num_blocks - self._blocks_used
         prefills = plan.prefills
+        prefilling = self._prefilling
+        tokens = 0
+        kv_read = 0
         i = 0
-        while i < len(self._prefilling) and budget > 0:
-            req = self._prefilling[i]
-            chunk = min(req.prompt + req.sent - req.computed, budget)
-            new_blocks = -(-(req.computed + chunk) // bs) - req.blocks
+        while i < len(prefilling) and budget > 0:
+            req = prefilling[i]
+            computed = req.computed
+            chunk = req.prompt + req.sent - computed
+            if chunk > budget:
+                chunk = budget
+            new_blocks = -(-(computed + chunk) // bs) - req.blocks
             if new_blocks > free and not self._n_decode:
                 # Only prefills hold the cache: the oldest may evict younger ones (they are the newest).
-                while new_blocks > free and self._prefilling[-1] is not req:
-                    self._preempt(self._prefilling[-1])
+                while new_blocks > free and prefilling[-1] is not req:
+                    self._preempt(prefilling[-1])
                     plan.preempted += 1
                     free = self._num_blocks - self._blocks_used
             if new_blocks > free:
                 plan.blocked, plan.blocked_need = ("kv", new_blocks) if self._waiting else ("", 0)
+                plan.prefill_tokens = tokens
+                plan.kv_read = kv_read
                 return
             req.blocks += new_blocks
             self._blocks_used += new_blocks
             free -= new_blocks
             budget -= chunk
             prefills.append((req, chunk))
+            tokens += chunk
+            kv_read += computed
             i += 1
+        plan.kv_read = kv_read
         waiting = self._waiting
         if plan.preempted and waiting:
             # As vLLM v1: a step that had to preempt admits nobody (the cache is short).
             plan.blocked = "preempted"
+            plan.prefill_tokens = tokens
             return
         running = self._running
-        cap = self._cap
+        room = self._cap - len(running)
+        admitted = 0
         while waiting:
-            if len(running) >= cap:
+            if admitted >= room:
                 plan.blocked = "cap"
-                return
+                break
             if budget <= 0:
                 plan.blocked = "budget"
-                return
+                break
             req = waiting[0]
-            chunk = min(req.prompt + req.sent, budget)
+            chunk = req.prompt + req.sent
+            if chunk > budget:
+                chunk = budget
             blocks = -(-chunk // bs)
             if blocks > free:
                 plan.blocked, plan.blocked_need = "kv", blocks
-                return
+                break
             waiting.popleft()
             req.state = PREFILL
             req.computed = 0
             req.blocks = blocks
-            self._blocks_used += blocks
             free -= blocks
             budget -= chunk
             running[req.rid] = req
-            self._prefilling.append(req)
+            prefilling.append(req)
             prefills.append((req, chunk))
+            tokens += chunk
+            admitted += 1
+        self._blocks_used = self._num_blocks - free
+        plan.prefill_tokens = tokens
 
     def _extend_to_jump(self, plan: _Plan, t_limit: float, kv0: int) -> None:
         """Turn a pure-decode step into ``k`` identical-composition steps when nothing can change."""
@@ -376,6 +409,7 @@ class Engine:
         if k <= 1 or not self.jump:
             return
         # Blocks: step 1 is already allocated; steps 2..k need the decoders crossing a boundary.
+        # Every block_size consecutive steps cross each residue class once, i.e. cost n blocks.
         free = self._num_blocks - self._blocks_used
         bs = self._bs
         phase = self._phase
@@ -391,7 +425,8 @@ class Engine:
                     break
                 j += 1
             fit = j
-        k = min(k, fit)
+        if fit < k:
+            k = fit
         model = self._model
         if t_limit != _INF:
             k = min(k, max(1, model.decode_steps_within(t_limit - self.now, n, kv0)))
@@ -403,8 +438,9 @@ class Engine:
             k = min(k, max(1, within))
         if k <= 1:
             return
-        extra = 0
-        for j in range(1, k):
+        cycles = (k - 1) // bs
+        extra = cycles * n
+        for j in range(1 + cycles * bs, k):
             extra += phase[-(g + j) % bs]
         self._blocks_used += extra
         plan.k = k
@@ -450,52 +486,87 @@ class Engine:
         elif self.trace is not None:
             self._record_steps(plan)
         finished: list[SimRequest] = []
-        for req, chunk in plan.prefills:
-            if req.state != PREFILL:
-                continue   # aborted while its step ran
-            req.computed += chunk
-            if req.computed < req.prompt + req.sent:
-                continue
-            self._prefilling.remove(req)
-            req.sent += 1
-            self.generation_tokens_total += 1
-            if req.first_token < 0:
-                req.first_token = end
-                self.prompt_tokens_total += req.prompt
-            if req.times is not None:
-                req.times.append(end)
-            if req.sent >= req.output:
-                del self._running[req.rid]
-                self._blocks_used -= req.blocks
-                finished.append(req)
-                continue
-            req.state = DECODE
-            req.base_g = self._g
-            req.key = key = req.computed - self._g
-            req.epoch += 1
-            self._n_decode += 1
-            self._phase[key % self._bs] += 1
-            self._key_sum += key
-            heapq.heappush(self._decode_heap, (self._g + req.output - req.sent, req.rid, req.epoch, req))
-        heap = self._decode_heap
         g = self._g
-        while heap and heap[0][0] <= g:
-            _, _, epoch, req = heapq.heappop(heap)
-            if epoch != req.epoch or req.state != DECODE:
-                continue
-            computed = req.key + g
-            self._leave_decode(req)
-            del self._running[req.rid]
-            self._blocks_used -= -(-computed // self._bs)
-            finished.append(req)
+        running = self._running
+        if plan.prefills:
+            bs = self._bs
+            phase = self._phase
+            heap = self._decode_heap
+            prefilling = self._prefilling
+            joined = 0
+            key_sum = 0
+            tokens = 0
+            prompt_tokens = 0
+            for req, chunk in plan.prefills:
+                if req.state != PREFILL:
+                    continue   # aborted while its step ran
+                req.computed = computed = req.computed + chunk
+                sent = req.sent
+                if computed < req.prompt + sent:
+                    continue
+                prefilling.remove(req)
+                req.sent = sent = sent + 1
+                tokens += 1
+                if req.first_token < 0:
+                    req.first_token = end
+                    prompt_tokens += req.prompt
+                if req.times is not None:
+                    req.times.append(end)
+                if sent >= req.output:
+                    del running[req.rid]
+                    self._blocks_used -= req.blocks
+                    finished.append(req)
+                    continue
+                req.state = DECODE
+                req.base_g = g
+                req.key = key = computed - g
+                req.epoch = epoch = req.epoch + 1
+                joined += 1
+                phase[key % bs] += 1
+                key_sum += key
+                heapq.heappush(heap, (g + req.output - sent, req.rid, epoch, req))
+            self.generation_tokens_total += tokens
+            self.prompt_tokens_total += prompt_tokens
+            self._n_decode += joined
+            self._key_sum += key_sum
+        heap = self._decode_heap
+        if heap and heap[0][0] <= g:
+            bs = self._bs
+            phase = self._phase
+            decode_times = self._decode_times
+            left = 0
+            key_sum = 0
+            freed = 0
+            heappop = heapq.heappop
+            while heap and heap[0][0] <= g:
+                _, _, epoch, req = heappop(heap)
+                if epoch != req.epoch or req.state != DECODE:
+                    continue
+                # _leave_decode, inlined: this runs once per request.
+                key = req.key
+                if req.times is not None:
+                    req.times.extend(decode_times[req.base_g:g])
+                req.sent += g - req.base_g
+                req.epoch = epoch + 1
+                left += 1
+                phase[key % bs] -= 1
+                key_sum += key
+                del running[req.rid]
+                freed += -(-(key + g) // bs)
+                finished.append(req)
+            self._n_decode -= left
+            self._key_sum -= key_sum
+            self._blocks_used -= freed
         # Stale entries of preempted requests would otherwise hide the next real finish.
         while heap and (heap[0][2] != heap[0][3].epoch or heap[0][3].state != DECODE):
             heapq.heappop(heap)
-        for req in finished:
-            req.state = DONE
-            req.end = end
-            if self.on_finish is not None:
-                self.on_finish(req)
+        if finished:
+            on_finish = self.on_finish
+            for req in finished:
+                req.state = DONE
+                req.end = end
+                if on_finish is not None:
+                    on_finish(req)
 
     def _record_steps(self, plan: _Plan) -> None:
         """Per-step end times (chunk mode) and trace rows, for the ``k`` steps of a plan."""

@@ -149,13 +149,25 @@ class StreamingClient:
         content_type = ""
         sent_ns = clock() - t0
         try:
-            async with session.post(self._url, data=body) as resp:
-                status = resp.status
-                if status != 200:
-                    error, detail = _http_error(status, await resp.content.read(_ERROR_BODY_MAX))
-                else:
-                    content_type = resp.headers.get("Content-Type", "")
-                    await _read_stream(resp.content, acc, clock, t0)
+            for attempt in range(2):
+                try:
+                    async with session.post(self._url, data=body) as resp:
+                        status = resp.status
+                        if status != 200:
+                            error, detail = _http_error(status, await resp.content.read(_ERROR_BODY_MAX))
+                        else:
+                            content_type = resp.headers.get("Content-Type", "")
+                            await _read_stream(resp.content, acc, clock, t0)
+                    break
+                except aiohttp.ClientConnectorError:
+                    raise  # no connection at all (refused, DNS): nothing stale to retry
+                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                    # A pooled keep-alive connection the server had already closed (llama.cpp's
+                    # server closes after each streamed answer while announcing keep-alive): the
+                    # request never reached it, so it is sent once more on a fresh connection, as
+                    # browsers do. The retry's cost stays inside this request's latency.
+                    if attempt or status is not None or acc.last_byte_ns is not None:
+                        raise
         except _StreamStopped:
             pass  # the accumulator holds the reason (error event or malformed stream)
         except TimeoutError:

@@ -34,12 +34,14 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
+from operator import attrgetter
 from typing import NamedTuple
 
 from plateau_bench.sim.config import EngineConfig
 
 PENDING, WAITING, PREFILL, DECODE, DONE = range(5)
 _INF = float("inf")
+_rid = attrgetter("rid")
 
 
 class RequestRejected(Exception):
@@ -77,7 +79,7 @@ class EngineState(NamedTuple):
 class SimRequest:
     """One request inside the engine. Times are virtual seconds."""
 
-    __slots__ = ("arrival", "base_g", "blocks", "computed", "end", "epoch", "first_token", "key",
+    __slots__ = ("arrival", "base_g", "blocks", "computed", "end", "finish_g", "first_token", "key",
                  "output", "payload", "preemptions", "prompt", "rid", "sent", "state", "times", "worker")
 
     def __init__(self, rid: int, prompt: int, output: int, arrival: float, worker: int,
@@ -94,7 +96,7 @@ class SimRequest:
         self.blocks = 0        # KV blocks held (not maintained while decoding)
         self.base_g = 0        # decode-step counter when it joined the decode batch
         self.key = 0           # computed - G while decoding
-        self.epoch = 0         # invalidates stale heap entries after a preemption
+        self.finish_g = -1     # while decoding: the decode step at which it finishes
         self.first_token = -1.0
         self.end = -1.0
         self.preemptions = 0
@@ -151,7 +153,11 @@ class Engine:
         self._waiting: deque[SimRequest] = deque()
         self._running: dict[int, SimRequest] = {}          # admission order
         self._prefilling: list[SimRequest] = []            # running, not yet decoding, admission order
-        self._decode_heap: list[tuple[int, int, int, SimRequest]] = []  # (finish G, rid, epoch, req)
+        # Decoders by the decode step at which they finish: a heap of those steps, and per step the
+        # requests in join order. A step is in the heap exactly while it has a bucket (maybe emptied
+        # by preemptions); grouping keeps the heap small and its entries plain ints.
+        self._finish_steps: list[int] = []
+        self._finishing: dict[int, list[SimRequest]] = {}
         self._n_decode = 0
         self._phase = [0] * self._bs                      # decoders per (context - G) mod block_size
         self._key_sum = 0                                  # sum of (context - G) over decoders
@@ -296,7 +302,12 @@ class Engine:
         plan = _Plan(self.now)
         if self._mixed:
             if self._n_decode:
-                self._allocate_decode(plan)
+                # _allocate_decode's common case inlined: the decoders' new blocks fit.
+                need = self._phase[-self._g % self._bs]
+                if need <= self._num_blocks - self._blocks_used:
+                    self._blocks_used += need
+                else:
+                    self._allocate_decode(plan)
             self._plan_prefill(plan, self._budget - self._n_decode)
             plan.n_decode = n_decode = self._n_decode
         else:
@@ -405,7 +416,7 @@ class Engine:
     def _extend_to_jump(self, plan: _Plan, t_limit: float, kv0: int) -> None:
         """Turn a pure-decode step into ``k`` identical-composition steps when nothing can change."""
         g = self._g
-        k = self._decode_heap[0][0] - g if self._decode_heap else 1
+        k = self._finish_steps[0] - g if self._finish_steps else 1
         if k <= 1 or not self.jump:
             return
         # Blocks: step 1 is already allocated; steps 2..k need the decoders crossing a boundary.
@@ -467,7 +478,7 @@ class Engine:
         if req.times is not None:
             req.times.extend(self._decode_times[req.base_g:g])
         req.sent += g - req.base_g
-        req.epoch += 1
+        self._finishing[req.finish_g].remove(req)
         self._n_decode -= 1
         self._phase[req.key % self._bs] -= 1
         self._key_sum -= req.key
@@ -491,7 +502,8 @@ class Engine:
         if plan.prefills:
             bs = self._bs
             phase = self._phase
-            heap = self._decode_heap
+            steps = self._finish_steps
+            finishing = self._finishing
             prefilling = self._prefilling
             joined = 0
             key_sum = 0
@@ -520,46 +532,53 @@ class Engine:
                 req.state = DECODE
                 req.base_g = g
                 req.key = key = computed - g
-                req.epoch = epoch = req.epoch + 1
+                req.finish_g = finish_g = g + req.output - sent
                 joined += 1
                 phase[key % bs] += 1
                 key_sum += key
-                heapq.heappush(heap, (g + req.output - sent, req.rid, epoch, req))
+                bucket = finishing.get(finish_g)
+                if bucket is None:
+                    finishing[finish_g] = [req]
+                    heapq.heappush(steps, finish_g)
+                else:
+                    bucket.append(req)
             self.generation_tokens_total += tokens
             self.prompt_tokens_total += prompt_tokens
             self._n_decode += joined
             self._key_sum += key_sum
-        heap = self._decode_heap
-        if heap and heap[0][0] <= g:
+        steps = self._finish_steps
+        if steps and steps[0] <= g:
             bs = self._bs
             phase = self._phase
             decode_times = self._decode_times
+            finishing = self._finishing
             left = 0
             key_sum = 0
             freed = 0
-            heappop = heapq.heappop
-            while heap and heap[0][0] <= g:
-                _, _, epoch, req = heappop(heap)
-                if epoch != req.epoch or req.state != DECODE:
-                    continue
-                # _leave_decode, inlined: this runs once per request.
-                key = req.key
-                if req.times is not None:
-                    req.times.extend(decode_times[req.base_g:g])
-                req.sent += g - req.base_g
-                req.epoch = epoch + 1
-                left += 1
-                phase[key % bs] -= 1
-                key_sum += key
-                del running[req.rid]
-                freed += -(-(key + g) // bs)
-                finished.append(req)
+            while steps and steps[0] <= g:
+                bucket = finishing.pop(heapq.heappop(steps))
+                if len(bucket) > 1:
+                    bucket.sort(key=_rid)   # same-step finishes in request order
+                for req in bucket:
+                    # _leave_decode, inlined (its bucket is gone already): this runs once per request.
+                    key = req.key
+                    if req.times is not None:
+                        req.times.extend(decode_times[req.base_g:g])
+                    req.sent += g - req.base_g
+                    phase[key % bs] -= 1
+                    key_sum += key
+                    del running[req.rid]
+                    freed += -(-(key + g) // bs)
+                    finished.append(req)
+                left += len(bucket)
             self._n_decode -= left
             self._key_sum -= key_sum
             self._blocks_used -= freed
-        # Stale entries of preempted requests would otherwise hide the next real finish.
-        while heap and (heap[0][2] != heap[0][3].epoch or heap[0][3].state != DECODE):
-            heapq.heappop(heap)
+        # Buckets emptied by preemptions would otherwise hide the next real finish.
+        if steps and not self._finishing[steps[0]]:
+            finishing = self._finishing
+            while steps and not finishing[steps[0]]:
+                del finishing[heapq.heappop(steps)]
         if finished:
             on_finish = self.on_finish
             for req in finished:

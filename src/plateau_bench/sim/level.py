@@ -158,10 +158,10 @@ class _Driver:
         done = self.done
         # Seconds to integer nanoseconds for all requests at once: np.rint rounds half to even like
         # round(), and float64 products are the same in numpy as in Python, so the integers are too.
-        sched_ns, sent_ns, first_ns, end_ns = np.rint(np.array(
-            [[r.payload[1] for r in done], [r.arrival for r in done],   # type: ignore[index]
-             [r.first_token for r in done], [r.end for r in done]], dtype=np.float64)
-            * NS).astype(np.int64).tolist()
+        sched_ns, sent_ns, first_ns, end_ns = (
+            np.rint(np.array(seconds, dtype=np.float64) * NS).astype(np.int64).tolist()
+            for seconds in ([r.payload[1] for r in done], [r.arrival for r in done],  # type: ignore[index]
+                            [r.first_token for r in done], [r.end for r in done]))
         for req, scheduled, sent, first, end in zip(done, sched_ns, sent_ns, first_ns, end_ns, strict=True):
             index: int = req.payload[0]  # type: ignore[index]
             if req.times is None:

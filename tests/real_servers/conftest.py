@@ -41,7 +41,7 @@ Cross-checks against vLLM's own benchmark: ``run_vllm_bench(args)`` (fixture) or
 base URL, model and local tokenizer filled in, and returns the CompletedProcess.
 
 Driving the CLI: ``plateau_cli`` (fixture) -> PlateauCli with ``target(server)`` (the --url,
---tokenizer and workaround flags for a server), ``invoke(*args)`` -> (exit code, output) and
+--tokenizer where the server has a local one, and known workarounds), ``invoke(*args)`` -> (exit code, output) and
 ``saved(out, *args)`` -> result.json of a run that must exit 0.
 """
 
@@ -65,10 +65,10 @@ LLAMACPP_PARALLEL = 4
 LLAMACPP_MODEL = "mid"
 
 # llama-server answers a streamed request with "Keep-Alive: timeout=5, max=100" but closes the
-# connection once the stream ends; a client that reuses that pooled connection for its next request
-# fails it ("Can not write request body" / "Server disconnected"), so every other request of a closed
-# loop fails. "Connection: close" keeps the measurements clean until the client recovers from a stale
-# connection by itself; test_faults_real.py checks the behaviour without it.
+# connection once the stream ends. The client resends once on a fresh attempt, but with many closed
+# connections in its pool the resend can land on another closed one and the request fails
+# ("Can not write request body"): a few per level from C=8 up. "Connection: close" keeps the sweeps'
+# measurements clean until that is fixed; test_faults_real.py checks the behaviour without it.
 LLAMACPP_STALE_CONNECTION_WORKAROUND = ("--header", "Connection: close")
 
 

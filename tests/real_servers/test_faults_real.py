@@ -1,5 +1,6 @@
 """Faults with real servers: a server that is still starting, a closed port, a server killed in the
-middle of a sweep level, and llama-server closing kept-alive connections after each stream."""
+middle of a sweep level, and llama-server closing kept-alive connections after each stream (no
+request may be lost to that)."""
 
 from __future__ import annotations
 
@@ -119,17 +120,30 @@ def test_server_killed_during_a_sweep_level(
     assert summary["plateau"]["reached"] is False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="llama-server closes the connection after each streamed response "
-    "(while sending Keep-Alive); the client reuses it and the next request fails",
-)
 def test_llamacpp_closing_kept_alive_connections_costs_no_request(
     llamacpp_server: ServerHandle, plateau_cli: PlateauCli
 ) -> None:
-    code, output = plateau_cli.invoke("run", "--url", llamacpp_server.url, "--concurrency", "1",
-                                      "--num-requests", "4", "--input-len", "16", "--output-len", "8", "--json",
+    # llama-server answers a stream with "Keep-Alive: timeout=5, max=100" yet closes the connection
+    # when the stream ends; each worker's next request finds its pooled connection closed.
+    code, output = plateau_cli.invoke("run", "--url", llamacpp_server.url, "--concurrency", "2",
+                                      "--num-requests", "8", "--input-len", "16", "--output-len", "8", "--json",
                                       "--quiet")  # fmt: skip
     assert code == 0, output
     level = json.loads(output)
-    assert (level["completed"], level["failed"]) == (4, 0), level["errors"]
+    assert (level["completed"], level["failed"]) == (8, 0), level["errors"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the resend after a closed keep-alive connection can land on another closed pooled connection "
+    "(ClientOSError: Can not write request body): a few requests per level fail from C=8 up",
+)
+def test_llamacpp_closed_connections_cost_no_request_at_high_concurrency(
+    tiny_llamacpp: ServerHandle, plateau_cli: PlateauCli
+) -> None:
+    code, output = plateau_cli.invoke("run", "--url", tiny_llamacpp.url, "--concurrency", "16",
+                                      "--num-requests", "160", "--input-len", "16", "--output-len", "16",
+                                      "--json", "--quiet")  # fmt: skip
+    assert code == 0, output
+    level = json.loads(output)
+    assert (level["completed"], level["failed"]) == (160, 0), level["errors"]

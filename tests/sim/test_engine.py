@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 
 import pytest
@@ -166,3 +167,60 @@ def test_abort_frees_the_cache() -> None:
     engine.run()
     assert keep.end > 0 and gone.end < 0
     assert engine.state().kv_blocks_used == 0 and engine.state().running == 0
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.lists(st.tuples(st.integers(0, 39), st.floats(0.0, 0.05)), max_size=8))
+def test_aborts_at_any_time_leave_a_clean_engine(
+        scenario: tuple[EngineConfig, LevelSpec, list[tuple[int, int]]], aborts: list[tuple[int, float]]) -> None:
+    config, _, lengths = scenario
+    engine = Engine(config, chunks=True)
+    requests = [engine.submit(prompt, output) for prompt, output in lengths]
+    for index, when in sorted(aborts, key=lambda a: a[1]):
+        engine.run_until(when)
+        if index < len(requests):
+            engine.abort(requests[index])
+    engine.run()
+    aborted = {index for index, _ in aborts}
+    for i, req in enumerate(requests):
+        if req.end >= 0:
+            # Finished (possibly before its abort came): every token exactly once.
+            assert engine.sent_tokens(req) == req.output
+            assert req.times is not None and len(req.times) == req.output
+        else:
+            assert i in aborted
+    state = engine.state()
+    assert state.running == 0 and state.waiting == 0 and state.kv_blocks_used == 0
+
+
+def test_requests_finishing_in_the_same_step_end_in_request_order() -> None:
+    finished: list[int] = []
+    engine = Engine(_config(max_num_seqs=8), on_finish=lambda req: finished.append(req.rid))
+    # Admitted together with equal lengths: they share a finish step; one leaves early.
+    requests = [engine.submit(8, 30) for _ in range(6)]
+    engine.run_until(0.01)
+    engine.abort(requests[2])
+    engine.run()
+    assert finished == [0, 1, 3, 4, 5]
+    assert len({requests[i].end for i in finished}) == 1
+
+
+def test_a_rejected_request_does_not_stop_a_burst_worker() -> None:
+    config = _config(max_model_len=100)
+    lengths = [(8, 16), (200, 16), (8, 16)]
+    result = simulate_level(config, LevelSpec(mode="burst", concurrency=1, num_requests=3), WorkloadSpec(),
+                            lengths=lengths)
+    assert [r.ok for r in result.records] == [True, False, True]
+    assert result.records[1].http_status == 400
+    assert result.records[2].sent_ns == result.records[0].end_ns
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_simulate_level_restores_the_garbage_collector(enabled: bool) -> None:
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        simulate_level(_config(), LevelSpec(mode="burst", concurrency=4), WorkloadSpec(input_len=8, output_len=8))
+        assert gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()

@@ -509,6 +509,7 @@ class Engine:
             key_sum = 0
             tokens = 0
             prompt_tokens = 0
+            completed: list[SimRequest] = []
             for req, chunk in plan.prefills:
                 if req.state != PREFILL:
                     continue   # aborted while its step ran
@@ -516,7 +517,7 @@ class Engine:
                 sent = req.sent
                 if computed < req.prompt + sent:
                     continue
-                prefilling.remove(req)
+                completed.append(req)
                 req.sent = sent = sent + 1
                 tokens += 1
                 if req.first_token < 0:
@@ -542,6 +543,15 @@ class Engine:
                     heapq.heappush(steps, finish_g)
                 else:
                     bucket.append(req)
+            if completed:
+                # Only a plan's last chunk can leave a prefill unfinished, so the completed ones are
+                # usually the head of ``prefilling`` (same order): they are when both ends match.
+                c = len(completed)
+                if prefilling[0] is completed[0] and prefilling[c - 1] is completed[-1]:
+                    del prefilling[:c]
+                else:
+                    for req in completed:
+                        prefilling.remove(req)
             self.generation_tokens_total += tokens
             self.prompt_tokens_total += prompt_tokens
             self._n_decode += joined

@@ -17,11 +17,13 @@ Each call to the scheduler plans one *step* (one forward pass of the model):
 
 Speed: a decoding request is not touched per step. Its token count is arithmetic on a global
 decode-step counter ``G`` (``sent = sent_at_join + G - g_at_join``), finishes come from a heap
-keyed by the step at which they happen, KV blocks are counted per residue class of the context
-length modulo ``block_size`` (the classes that cross a block boundary at step ``G`` are known),
-and while the batch composition cannot change (no prefill, nothing admissible, no arrival, no
-finish, no block shortage) the engine jumps over many decode steps with the closed form of
-``StepModel.decode_run_time``. Only requests that start, finish or are preempted cost Python work.
+of the steps at which they happen (requests grouped per step), KV blocks are counted per residue
+class of the context length modulo ``block_size`` (the classes that cross a block boundary at
+step ``G`` are known), and while the batch composition cannot change (no prefill, nothing
+admissible, no arrival, no finish, no block shortage) the engine jumps over many decode steps with
+the closed form of ``StepModel.decode_run_time``. Only requests that start, finish or are
+preempted cost Python work, and the per-request paths (submit, admission, first token, finish)
+keep totals in locals and touch each request a handful of times.
 
 The engine never sleeps and does no I/O: ``run_until(t)`` advances the virtual clock to ``t``.
 A step that would end after ``t`` stays planned (admission and preemption already applied) and
@@ -474,6 +476,7 @@ class Engine:
         self._waiting.appendleft(req)
 
     def _leave_decode(self, req: SimRequest) -> None:
+        """A decoder stops early (preempted or aborted); finishes are handled inline in _commit."""
         g = self._g
         if req.times is not None:
             req.times.extend(self._decode_times[req.base_g:g])

@@ -83,17 +83,23 @@ class StreamingClient:
         self._url = base_url(target) + ("/v1/chat/completions" if self._chat else "/v1/completions")
         self._secrets = secrets_of(target)
         self._session: aiohttp.ClientSession | None = None
+        # Set once the server is seen closing connections it announced as kept alive: from then on
+        # every request gets a connection of its own (see ``send``).
+        self._fresh_session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> StreamingClient:
+    def _new_session(self, *, reuse: bool) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
-            limit=self.concurrency, limit_per_host=0, keepalive_timeout=_KEEPALIVE_S
+            limit=self.concurrency, limit_per_host=0, keepalive_timeout=_KEEPALIVE_S, force_close=not reuse
         )
         headers = {"User-Agent": f"plateau-bench/{__version__}"} | request_headers(self.target)
-        self._session = aiohttp.ClientSession(
+        return aiohttp.ClientSession(
             connector=connector,
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=self.target.timeout_s),
         )
+
+    async def __aenter__(self) -> StreamingClient:
+        self._session = self._new_session(reuse=True)
         return self
 
     async def __aexit__(
@@ -105,9 +111,10 @@ class StreamingClient:
         await self.close()
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._fresh_session):
+            if session is not None:
+                await session.close()
+        self._session = self._fresh_session = None
 
     def request_body(self, prompt: str, max_tokens: int) -> bytes:
         body: dict[str, Any] = {
@@ -148,6 +155,8 @@ class StreamingClient:
         detail: str | None = None
         content_type = ""
         sent_ns = clock() - t0
+        if self._fresh_session is not None:
+            session = self._fresh_session
         try:
             for attempt in range(2):
                 try:
@@ -164,10 +173,14 @@ class StreamingClient:
                 except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
                     # A pooled keep-alive connection the server had already closed (llama.cpp's
                     # server closes after each streamed answer while announcing keep-alive): the
-                    # request never reached it, so it is sent once more on a fresh connection, as
-                    # browsers do. The retry's cost stays inside this request's latency.
+                    # request never reached it, so it is sent once more on a connection of its own,
+                    # as browsers do, and so is every later request (another pooled connection may
+                    # be just as stale). The resend's cost stays inside this request's latency.
                     if attempt or status is not None or acc.last_byte_ns is not None:
                         raise
+                    if self._fresh_session is None:
+                        self._fresh_session = self._new_session(reuse=False)
+                    session = self._fresh_session
         except _StreamStopped:
             pass  # the accumulator holds the reason (error event or malformed stream)
         except TimeoutError:

@@ -64,14 +64,6 @@ VLLM_MAX_NUM_SEQS = 4
 LLAMACPP_PARALLEL = 4
 LLAMACPP_MODEL = "mid"
 
-# llama-server answers a streamed request with "Keep-Alive: timeout=5, max=100" but closes the
-# connection once the stream ends. The client resends once on a fresh attempt, but with many closed
-# connections in its pool the resend can land on another closed one and the request fails
-# ("Can not write request body"): a few per level from C=8 up. "Connection: close" keeps the sweeps'
-# measurements clean until that is fixed; test_faults_real.py checks the behaviour without it.
-LLAMACPP_STALE_CONNECTION_WORKAROUND = ("--header", "Connection: close")
-
-
 def _started(start: Callable[[], ServerHandle]) -> Iterator[ServerHandle]:
     try:
         handle = start()
@@ -121,8 +113,6 @@ class PlateauCli:
         flags = ["--url", server.url]
         if server.tokenizer_dir is not None:
             flags += ["--tokenizer", str(server.tokenizer_dir)]
-        if server.kind == "llamacpp":
-            flags += LLAMACPP_STALE_CONNECTION_WORKAROUND
         return flags
 
     def invoke(self, *args: str) -> tuple[int, str]:

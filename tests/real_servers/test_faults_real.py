@@ -133,11 +133,6 @@ def test_llamacpp_closing_kept_alive_connections_costs_no_request(
     assert (level["completed"], level["failed"]) == (8, 0), level["errors"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the resend after a closed keep-alive connection can land on another closed pooled connection "
-    "(ClientOSError: Can not write request body): a few requests per level fail from C=8 up",
-)
 def test_llamacpp_closed_connections_cost_no_request_at_high_concurrency(
     tiny_llamacpp: ServerHandle, plateau_cli: PlateauCli
 ) -> None:

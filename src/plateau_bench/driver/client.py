@@ -88,8 +88,10 @@ class StreamingClient:
         self._fresh_session: aiohttp.ClientSession | None = None
 
     def _new_session(self, *, reuse: bool) -> aiohttp.ClientSession:
-        connector = aiohttp.TCPConnector(
-            limit=self.concurrency, limit_per_host=0, keepalive_timeout=_KEEPALIVE_S, force_close=not reuse
+        connector = (
+            aiohttp.TCPConnector(limit=self.concurrency, limit_per_host=0, keepalive_timeout=_KEEPALIVE_S)
+            if reuse
+            else aiohttp.TCPConnector(limit=self.concurrency, limit_per_host=0, force_close=True)
         )
         headers = {"User-Agent": f"plateau-bench/{__version__}"} | request_headers(self.target)
         return aiohttp.ClientSession(

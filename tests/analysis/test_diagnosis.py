@@ -114,3 +114,28 @@ def test_not_saturated_keeps_going() -> None:
 def test_single_level_is_not_enough() -> None:
     v = diagnose([level(8, 800.0, dec=8, peak=8, ttft=30, tpot=10)])
     assert v.constraint == "insufficient_data"
+
+
+def test_a_stalled_client_makes_every_figure_untrustworthy() -> None:
+    levels = capped_levels()
+    levels[5].client = {"cpu_pct_max": 60.0, "loop_lag_ms_p99": 850.0}
+    v = diagnose(levels)
+    assert v.constraint == "load_generator"
+    assert "stalled" in v.headline and "850 ms" in v.headline
+
+
+def test_a_server_that_died_is_not_called_rate_limiting() -> None:
+    levels = [level(c, 100.0 * c, dec=c, peak=c, ttft=30, tpot=10) for c in (1, 2)]
+    levels.append(level(4, 10.0, dec=1, peak=2, ttft=30, tpot=10, failed=8, errors={"connect": 8}))
+    v = diagnose(levels)
+    assert v.constraint == "errors"
+    assert v.headline == "the server stopped answering at C=4 (connections refused or reset)"
+
+
+def test_kv_capacity_needs_the_servers_word_when_it_reports_kv() -> None:
+    levels = []
+    for c in (1, 2, 4, 8, 16, 32, 64):
+        b = min(c, 20)
+        levels.append(level(c, b * 100.0, dec=b * 0.5 if c >= 16 else b, peak=min(c, 28), ttft=30, tpot=10,
+                            telemetry={"preemptions_delta": 0.0, "kv_usage_max": 0.3}, itl_max=200.0))
+    assert diagnose(levels).constraint != "kv_capacity"

@@ -100,7 +100,9 @@ def test_server_killed_during_a_sweep_level(
             sweep.kill()
             sweep.communicate()
     print(f"exit code {sweep.returncode}; stderr: {err.strip()!r}")
-    assert sweep.returncode >= 0 and "Traceback" not in err, err
+    # Exit 1 with one clear line: the sweep did not finish, and says where its levels are.
+    assert sweep.returncode == 1 and "Traceback" not in err, err
+    assert "the target stopped answering during C=2" in err
 
     summary = load_summary(out)
     levels = {lv["concurrency"]: lv for lv in summary["levels"]}
@@ -118,6 +120,9 @@ def test_server_killed_during_a_sweep_level(
     assert levels[2]["dominant_error"] == "connect"
     assert "connect" in summary["stop_reason"]
     assert summary["plateau"]["reached"] is False
+    assert summary["verdict"]["headline"] == "the server stopped answering at C=2 (connections refused or reset)"
+    # The dead level ends early instead of spinning through refused connections until its time is up.
+    assert levels[2]["failed"] < 200
 
 
 def test_llamacpp_closing_kept_alive_connections_costs_no_request(

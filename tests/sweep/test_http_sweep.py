@@ -27,7 +27,7 @@ FAST = ["--min-level-time", "1s", "--max-level-time", "3s", "--input-len", "32",
         "--quiet"]
 
 
-def sweep(tmp_path: Path, config: EngineConfig, *args: str, metrics: bool = True, speed: float = 4.0,
+def sweep(tmp_path: Path, config: EngineConfig, *args: str, metrics: bool = True, speed: float = 1.0,
           reject_when_waiting: int | None = None) -> dict[str, object]:
     out = tmp_path / "run"
     with start_sim_server(config, speed=speed, metrics=metrics, reject_when_waiting=reject_when_waiting) as twin:

@@ -5,7 +5,8 @@ The verdict is a pure function of the saved levels (client-side metrics, plus th
 signatures below in order, because an earlier one makes the later figures meaningless:
 
 1. **Load generator**: in-flight requests below the requested concurrency while the client's
-   CPU is near one core or its event loop lags. Every other number is then wrong, so it comes first.
+   CPU is near one core or its event loop lags; or an event loop so stalled (p99 lag >= 200 ms) that
+   no chunk time can be trusted. Every other number is then wrong, so it comes first.
 2. **Errors / rate limiting**: failures (429/503/timeouts) grow with load.
 3. **Admission cap** (max-num-seqs, max-running-requests, --parallel): the most requests past
    their first token at one instant (``peak_decoding``) stays at one value N while concurrency
@@ -77,12 +78,28 @@ def _c(level: LevelResult) -> int:
 def _levels(levels: Sequence[LevelResult]) -> list[LevelResult]:
     by_c: dict[int, LevelResult] = {}
     for lv in levels:
-        if lv.concurrency and lv.completed > 0:
+        if lv.concurrency and lv.num_requests > 0:
             by_c[lv.concurrency] = lv
     return [by_c[c] for c in sorted(by_c)]
 
 
+STALL_MS = 200.0   # event-loop lag (p99) beyond which client timings cannot be trusted at all
+
+
 def _load_generator(levels: list[LevelResult]) -> Verdict | None:
+    stalled = [lv for lv in levels if lv.client.get("loop_lag_ms_p99", 0.0) >= STALL_MS]
+    if stalled:
+        worst = max(stalled, key=lambda lv: lv.client["loop_lag_ms_p99"])
+        return Verdict(
+            "load_generator",
+            f"load generator stalled: its event loop lagged {worst.client['loop_lag_ms_p99']:.0f} ms (p99) "
+            f"at C={_c(worst)}, so chunk times, TPOT and concurrency are not measurable",
+            "high",
+            [f"event-loop lag p99 >= {STALL_MS:.0f} ms at " + ", ".join(f"C={_c(lv)}" for lv in stalled),
+             f"load generator CPU peaked at {worst.client.get('cpu_pct_max', float('nan')):.0f} % of one core"],
+            suggestions=["run the load generator on a machine (or cores) the server does not share",
+                         "re-run the affected levels: every figure from them understates or distorts the server"],
+        )
     for lv in levels:
         cpu = lv.client.get("cpu_pct_max")
         lag = lv.client.get("loop_lag_ms_p99")
@@ -122,6 +139,12 @@ def _errors(levels: list[LevelResult]) -> Verdict | None:
     ok_below = [lv for lv in levels if _c(lv) < _c(first)]
     if ok_below:
         ev.append(f"no failures up to C={_c(ok_below[-1])}")
+    if first.dominant_error == "connect" and first is levels[-1]:
+        return Verdict(
+            "errors", f"the server stopped answering at C={_c(first)} (connections refused or reset)", "high", ev,
+            suggestions=["check the server's log: it may have crashed or been restarted (out of memory?)",
+                         "the levels before it are valid; resume the sweep once the server is back"],
+        )
     rate_limited = any(k in ("http_429", "http_5xx") for lv in bad for k in lv.errors)
     return Verdict(
         "errors", f"errors / rate limiting from C={_c(first)}" + (" (429/5xx)" if rate_limited else ""),
@@ -163,15 +186,19 @@ def _admission_cap(levels: list[LevelResult], plateau: Plateau, engine: str | No
     server_peak = max((int(lv.telemetry["running_max"]) for lv in top if lv.telemetry.get("running_max")),
                       default=0)
     # The server's own running count is exact; the client's view can overlap a request's last token
-    # with the next one's first by network jitter, so it may read one or two above the cap.
-    cap = stated or (server_peak if server_peak >= 0.9 * client_peak else client_peak)
+    # with the next one's first by network jitter, so it may read one or two above the cap. A client
+    # peak far above the server's means preempted requests (past their first token, no longer
+    # running): not a fixed cap.
+    if server_peak and server_peak < 0.9 * client_peak:
+        return None
+    cap = stated or server_peak or client_peak
     if cap <= 0:
         return None
-    # From the cap upwards the decoding peak must sit at the cap, whatever the concurrency.
+    # From the cap upwards the decoding peak must sit at the cap, on at least two levels.
     top = [lv for lv in levels if _c(lv) >= cap]
     pinned = [lv for lv in top if _c(lv) > cap * 1.05]
     peaks = [lv.peak_decoding for lv in top]
-    if not pinned or max(peaks) > cap * 1.05 + 1 or min(peaks) < 0.9 * cap:
+    if len(top) < 2 or not pinned or max(peaks) > cap * 1.05 + 1 or min(peaks) < 0.9 * cap:
         return None
     # KV-bound servers also touch the cap now and then, but their decoding batch sags far below it
     # as sequences grow; under a cap the slots are refilled at once (a prefill-first scheduler
@@ -230,18 +257,29 @@ def _kv_capacity(levels: list[LevelResult], plateau: Plateau, engine: str | None
     preempt = sum(lv.telemetry.get("preemptions_delta", 0.0) for lv in top)
     kv_max = max((lv.telemetry.get("kv_usage_max", 0.0) for lv in top), default=0.0)
     swing = [lv.decoding_concurrency / lv.peak_decoding for lv in top if lv.peak_decoding]
-    spikes = [(lv.itl_ms.max or 0) / lv.itl_ms.p50 for lv in top if lv.itl_ms.p50]
+    # A median ITL of (near) zero means chunks arrived bunched: no ratio against it means anything.
+    spikes = [(lv.itl_ms.max or 0.0) / (lv.itl_ms.p50 or 1.0) for lv in top if (lv.itl_ms.p50 or 0.0) >= 0.1]
     # Something other than a fixed cap stops admission: the decoding batch no longer grows with C,
     # yet it stays well below its own peak (the running count falls as sequences grow).
     first, last = top[0], top[-1]
     stalled = (_c(last) >= 2 * _c(first) and first.decoding_concurrency > 0
                and last.decoding_concurrency / first.decoding_concurrency < 1.3)
-    client_sig = bool(swing) and min(swing) < KV_FILL_THRESHOLD and (stalled or (bool(spikes) and max(spikes) > 5))
+    # Preempted requests still look "decoding" to a client (they had their first token), so the sag
+    # can hide; what cannot hide is the recompute stall each one suffers: an ITL far above the median,
+    # on levels whose decoding peak keeps moving (a fixed cap would pin it).
+    peaks = [lv.peak_decoding for lv in top if lv.peak_decoding]
+    moving_peak = bool(peaks) and max(peaks) > 1.1 * min(peaks)
+    recompute_stalls = bool(spikes) and max(spikes) > 20 and moving_peak
+    client_sig = (bool(swing) and min(swing) < KV_FILL_THRESHOLD and (stalled or (bool(spikes) and max(spikes) > 5))
+                  ) or recompute_stalls
     server_sig = preempt > 0 or kv_max >= 0.95
+    server_reports_kv = any("kv_usage_max" in lv.telemetry or "preemptions_delta" in lv.telemetry for lv in top)
+    if server_reports_kv and not server_sig:
+        return None  # the server says its cache never filled: the client-side sag has another cause
     if not (client_sig or server_sig):
         return None
     ev = []
-    if swing:
+    if swing and min(swing) < KV_FILL_THRESHOLD:
         lv = top[-1]
         ev.append(f"decoding batch swings: time-average {lv.decoding_concurrency:.1f} against a peak of "
                   f"{lv.peak_decoding} at C={_c(lv)} (the running count falls as sequences grow)")
@@ -250,6 +288,9 @@ def _kv_capacity(levels: list[LevelResult], plateau: Plateau, engine: str | None
                   f"{last.decoding_concurrency:.1f} at C={_c(last)}")
     if spikes and max(spikes) > 5:
         ev.append(f"ITL max reaches {max(spikes):.0f}x its median (recomputation after preemption)")
+    if moving_peak:
+        ev.append(f"the most requests decoding at once moves between levels ({min(peaks)}-{max(peaks)}): "
+                  "no fixed cap")
     if preempt > 0:
         ev.append(f"server: {preempt:.0f} preemptions during the plateau levels (/metrics)")
     if kv_max > 0:
@@ -300,6 +341,10 @@ def diagnose(levels: Sequence[LevelResult], *, engine: str | None = None, platea
         v = check(lvls)
         if v:
             return v
+    lvls = [lv for lv in lvls if not lv.level_failed and lv.completed > 0]
+    if len(lvls) < 2:
+        return Verdict("insufficient_data", "fewer than two levels succeeded: not enough to say why", "low",
+                       [f"{len(lvls)} successful level(s)"], suggestions=["fix the failures, then sweep again"])
     points = [Point(_c(lv), lv.output_throughput, lv.throughput_ci_rel) for lv in lvls]
     plateau = plateau or find_plateau(points, plateau_gain)
     if plateau is None:

@@ -291,6 +291,11 @@ def register(app: typer.Typer) -> None:
             console.print(f"Stopped: {result.state.stop_reason}", highlight=False)
             console.print(verdict_text(result.verdict.to_dict()))
             console.print(f"results: {out_dir}", highlight=False)
+            last = levels[-1] if levels else None
+            if last is not None and last.level_failed and last.dominant_error == "connect":
+                print(f"plateau: the target stopped answering during {last.label}; finished levels are saved in "
+                      f"{out_dir} (continue with --resume {out_dir})", file=sys.stderr)
+                raise SystemExit(1)
 
         try:
             run_async(main())

@@ -18,7 +18,8 @@ from plateau_bench.analysis.convergence import PrecisionRule
 from plateau_bench.analysis.metrics import compute_level, full_window, steady_window
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.health import HealthSampler
-from plateau_bench.driver.load import run_level
+from plateau_bench.driver.load import LoadProgress, run_level
+from plateau_bench.errors import ErrorClass
 from plateau_bench.records import RequestRecord
 from plateau_bench.report.live import LevelProgress
 from plateau_bench.spec import LevelSpec, TargetSpec
@@ -28,6 +29,7 @@ from plateau_bench.telemetry.summary import summarize as summarize_telemetry
 from plateau_bench.workload.prompts import Prompt
 
 _MONITOR_S = 0.5
+DEAD_TARGET_FAILURES = 32   # consecutive connection failures that end a level: the target is gone
 
 
 class _TrackingSender:
@@ -55,6 +57,12 @@ class _TrackingSender:
     def complete_until_ns(self) -> int:
         now = time.monotonic_ns() - self.client.t0_ns
         return min(self.in_flight.values(), default=now)
+
+
+async def _remember_in_flight(stop: asyncio.Event, in_flight: Callable[[], dict[int, int]], into: list[int]) -> None:
+    """When the level is told to stop, note the send times of the requests still in flight."""
+    await stop.wait()
+    into.extend(in_flight().values())
 
 
 class HttpLevelRunner:
@@ -95,8 +103,20 @@ class HttpLevelRunner:
         width = level.concurrency or level.max_concurrency or 4096
         t0 = time.monotonic_ns()
         records: list[RequestRecord] = []
+        stop = asyncio.Event()
+        load_progress = LoadProgress()
+        stuck_at_stop: list[int] = []
+        stop_watch = asyncio.create_task(_remember_in_flight(stop, lambda: sender.in_flight, stuck_at_stop))
+        cut_off_ages_s: list[float] = []
+        refused = 0
 
         def collect(r: RequestRecord) -> None:
+            nonlocal refused
+            # A server that died answers every request at once with a refused connection; without
+            # this the level would spin through thousands of instant failures until its time is up.
+            refused = refused + 1 if r.error == ErrorClass.CONNECT else 0
+            if refused >= DEAD_TARGET_FAILURES:
+                stop.set()
             if self.slow_client_ms > 0:  # test hook: a load generator that cannot keep up
                 until = time.perf_counter() + self.slow_client_ms / 1000
                 while time.perf_counter() < until:
@@ -107,7 +127,6 @@ class HttpLevelRunner:
             if on_record:
                 on_record(r)
 
-        stop = asyncio.Event()
         scraper = (TelemetryScraper(self.metrics_url, t0_ns=t0) if self.metrics_url else None)
         async with StreamingClient(self.target, concurrency=width, t0_ns=t0,
                                    count_tokens=self.count_tokens) as client:
@@ -123,7 +142,10 @@ class HttpLevelRunner:
             monitor = asyncio.create_task(self._monitor(level, precision, records, sender, scraper, progress,
                                                         stop, t0))
             try:
-                await run_level(sender, self.prompts, level, t0_ns=t0, on_record=collect, stop=stop, seed=self.seed)
+                await run_level(sender, self.prompts, level, t0_ns=t0, on_record=collect, stop=stop, seed=self.seed,
+                                progress=load_progress)
+                # What was still in flight when the level ended (not measurements, but not hidden either).
+                cut_off_ages_s = [(time.monotonic_ns() - t0 - sent) / 1e9 for sent in stuck_at_stop]
             finally:
                 monitor.cancel()
                 health_samples = await health.stop()
@@ -139,6 +161,27 @@ class HttpLevelRunner:
             if summary.engine:
                 result.extra["engine"] = summary.engine
             telemetry_lines = [s.to_line() for s in samples]
+        stop_watch.cancel()
+        if load_progress.cancelled:
+            result.extra["cut_off_at_stop"] = load_progress.cancelled
+            longest_ok = (result.e2e_ms.max or 0.0) / 1000
+            hung = [age for age in cut_off_ages_s if age > max(2 * longest_ok, 1.0)]
+            if hung:
+                result.extra["hung_requests"] = len(hung)
+                result.window_note += (f"; {len(hung)} request(s) still unanswered after {max(hung):.1f} s were cut "
+                                       f"off at the end (longest completed: {longest_ok:.1f} s)")
+        stop_watch.cancel()
+        if load_progress.cancelled:
+            result.extra["cut_off_at_stop"] = load_progress.cancelled
+            longest_ok = (result.e2e_ms.max or 0.0) / 1000
+            hung = [age for age in cut_off_ages_s if age > max(2 * longest_ok, 1.0)]
+            if hung:
+                result.extra["hung_requests"] = len(hung)
+                result.window_note += (f"; {len(hung)} request(s) still unanswered after {max(hung):.1f} s were cut "
+                                       f"off at the end (longest completed: {longest_ok:.1f} s)")
+        if refused >= DEAD_TARGET_FAILURES:
+            result.level_failed = True
+            result.window_note += f"; stopped: {DEAD_TARGET_FAILURES} connections in a row refused, the target is gone"
         result.client = health.summary(window.start_ns + t0, window.end_ns + t0)
         telemetry_lines.extend(health_samples)
         return LevelOutcome(result, records, telemetry_lines)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from plateau_bench.analysis.diagnosis import STALL_MS
 from plateau_bench.testing.real_servers import ServerHandle
 
 if TYPE_CHECKING:
@@ -26,8 +27,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.real_server
 
 CAP = 4  # --max-num-seqs / --parallel of the session servers (conftest)
-# Above this event-loop lag (p99) the client cannot time chunks; the diagnosis calls 50 ms starved.
-STALLED_CLIENT_MS = 100.0
+STALLED_CLIENT_MS = STALL_MS  # the diagnosis's own threshold for an untrustworthy client
 SHORT_LEVELS = ["--min-level-time", "2s", "--max-level-time", "8s", "--max-concurrency", "16",
                 "--input-len", "32", "--output-len", "64"]  # fmt: skip
 
@@ -81,11 +81,13 @@ def test_adaptive_sweep_finds_the_admission_cap(
 
     unmet = _unmet(summary, server, metrics)
     worst_lag = max(lv["client"].get("loop_lag_ms_p99", 0.0) for lv in summary["levels"])
-    if unmet and worst_lag >= STALLED_CLIENT_MS:
-        # The whole machine stalled (an independent process stalls as long): chunk times, TPOT and the
-        # decoding concurrency are not measurable then, and the verdict does not say so yet.
-        pytest.xfail(
-            f"client event loop stalled up to {worst_lag:.0f} ms (p99) and the verdict "
-            f"({summary['verdict']['constraint']}) did not flag it; unmet: {', '.join(unmet)}"
-        )
+    if worst_lag >= STALLED_CLIENT_MS:
+        # On a two-core machine the vLLM CPU server can starve the load generator (its event loop then
+        # lags for seconds, and chunk times, TPOT and decoding concurrency are not measurable). The
+        # tool must then say so instead of naming a server constraint from figures it cannot trust.
+        verdict = summary["verdict"]
+        assert verdict["constraint"] == "load_generator", f"stall of {worst_lag:.0f} ms not flagged\n{figures}"
+        assert "stalled" in verdict["headline"]
+        print(f"client stalled ({worst_lag:.0f} ms p99): verdict names it; unmet expectations: {unmet}")
+        return
     assert not unmet, f"unmet: {unmet}\n{figures}"

@@ -24,6 +24,7 @@ from plateau_bench.records import RequestRecord
 from plateau_bench.report.live import LevelProgress
 from plateau_bench.spec import LevelSpec, TargetSpec
 from plateau_bench.sweep import LevelOutcome
+from plateau_bench.telemetry.gpu import GpuPoller, open_nvml
 from plateau_bench.telemetry.scraper import TelemetryScraper
 from plateau_bench.telemetry.summary import summarize as summarize_telemetry
 from plateau_bench.workload.prompts import Prompt
@@ -87,6 +88,8 @@ class HttpLevelRunner:
         self.slow_client_ms = slow_client_ms
         self.seed = seed
         self.engine: str | None = None
+        # Local GPUs (when the load runs on the GPU host): power, utilisation, clocks, through NVML.
+        self._nvml, self.gpu_note = open_nvml()
 
     async def run_level(
         self,
@@ -138,6 +141,9 @@ class HttpLevelRunner:
                 if self.metrics_required:
                     scraper.raise_if_unavailable()
                 self.engine = scraper.engine or self.engine
+            gpu = GpuPoller(self._nvml, t0_ns=t0) if self._nvml is not None else None
+            if gpu is not None:
+                await gpu.start()
             health.start()
             monitor = asyncio.create_task(self._monitor(level, precision, records, sender, scraper, progress,
                                                         stop, t0))
@@ -149,6 +155,7 @@ class HttpLevelRunner:
             finally:
                 monitor.cancel()
                 health_samples = await health.stop()
+                gpu_samples = await gpu.stop() if gpu is not None else []
                 samples = await scraper.stop() if scraper is not None else []
         mode = level.mode
         window = steady_window(records) if mode == "steady" else full_window(records)
@@ -182,6 +189,12 @@ class HttpLevelRunner:
         if refused >= DEAD_TARGET_FAILURES:
             result.level_failed = True
             result.window_note += f"; stopped: {DEAD_TARGET_FAILURES} connections in a row refused, the target is gone"
+        if gpu_samples:
+            gpu_values = summarize_telemetry(gpu_samples, window.start_ns, window.end_ns).values
+            result.telemetry.update({k: v for k, v in gpu_values.items() if k != "samples"})
+            telemetry_lines.extend(g.to_line() for g in gpu_samples)
+        else:
+            result.extra["gpu_telemetry"] = self.gpu_note
         result.client = health.summary(window.start_ns + t0, window.end_ns + t0)
         telemetry_lines.extend(health_samples)
         return LevelOutcome(result, records, telemetry_lines)

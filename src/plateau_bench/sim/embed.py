@@ -20,6 +20,7 @@ import sys
 import threading
 from collections.abc import Callable
 from types import TracebackType
+from typing import Protocol
 
 import msgspec
 
@@ -64,9 +65,8 @@ class SimServerHandle:
         self.stop()
 
 
-class _Stopper:
-    def stop(self) -> None:
-        raise NotImplementedError
+class _Stopper(Protocol):
+    def stop(self) -> None: ...
 
 
 class _ThreadStopper(_Stopper):

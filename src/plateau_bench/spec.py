@@ -134,17 +134,25 @@ def parse_duration(text: str) -> float:
 
 def parse_int_list(text: str, flag: str) -> list[int]:
     """'1,16,64' -> [1, 16, 64]; each must be a positive integer."""
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
+    return [int(v) for v in _parse_positive_list(text, flag, int, "an integer")]
+
+
+def parse_float_list(text: str, flag: str) -> list[float]:
+    """'0.5,2,10' -> [0.5, 2.0, 10.0]; each must be a positive number."""
+    return _parse_positive_list(text, flag, float, "a number")
+
+
+def _parse_positive_list(text: str, flag: str, kind: type[float] | type[int], what: str) -> list[float]:
+    out: list[float] = []
+    for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
         try:
-            value = int(part)
+            value = kind(part)
         except ValueError:
-            raise ConfigError(f"{flag}: {part!r} is not an integer") from None
+            raise ConfigError(f"{flag}: {part!r} is not {what}") from None
         if value <= 0:
-            raise ConfigError(f"{flag} must be positive (got {value})")
+            raise ConfigError(f"{flag} must be positive (got {value:g})")
         out.append(value)
     if not out:
         raise ConfigError(f"{flag} needs at least one value")

@@ -19,7 +19,7 @@ from plateau_bench.driver import run as run_async
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.live import LiveView
 from plateau_bench.report.terminal import level_table, summary_sentence, verdict_text
-from plateau_bench.spec import LevelSpec, parse_duration, parse_int_list
+from plateau_bench.spec import LevelSpec, parse_duration, parse_float_list, parse_int_list
 from plateau_bench.sweep import LATENCY_DEPARTURE, RateSweepSpec, SweepSpec
 
 LEVEL = "Load level"
@@ -39,19 +39,6 @@ async def _target_url(url: str | None, preset: str, speed: float) -> AsyncIterat
 
 def _print_json(data: Any) -> None:
     typer.echo(msgspec.json.format(msgspec.json.encode(data), indent=2).decode())
-
-
-def _parse_rates(text: str) -> list[float]:
-    out = []
-    for part in text.split(","):
-        try:
-            value = float(part)
-        except ValueError:
-            raise ConfigError(f"--rate: {part.strip()!r} is not a number (or use --rate auto)") from None
-        if value <= 0:
-            raise ConfigError(f"--rate must be > 0 requests/s (got {value:g})")
-        out.append(value)
-    return out
 
 
 def rate_sentence(summary: dict[str, Any]) -> str:
@@ -237,7 +224,7 @@ def register(app: typer.Typer) -> None:
         if rate is not None:
             if burstiness <= 0:
                 raise ConfigError(f"--burstiness must be > 0 (got {burstiness})")
-            rates = None if rate.strip().lower() == "auto" else tuple(_parse_rates(rate))
+            rates = None if rate.strip().lower() == "auto" else tuple(parse_float_list(rate, "--rate"))
             rate_spec = RateSweepSpec(rates=rates, throughput_concurrency=min(max_concurrency, 256),
                                       burstiness=burstiness, precision=precision, min_level_s=spec.min_level_s,
                                       max_level_s=spec.max_level_s, warmup=warmup)

@@ -177,15 +177,6 @@ class HttpLevelRunner:
                 result.extra["hung_requests"] = len(hung)
                 result.window_note += (f"; {len(hung)} request(s) still unanswered after {max(hung):.1f} s were cut "
                                        f"off at the end (longest completed: {longest_ok:.1f} s)")
-        stop_watch.cancel()
-        if load_progress.cancelled:
-            result.extra["cut_off_at_stop"] = load_progress.cancelled
-            longest_ok = (result.e2e_ms.max or 0.0) / 1000
-            hung = [age for age in cut_off_ages_s if age > max(2 * longest_ok, 1.0)]
-            if hung:
-                result.extra["hung_requests"] = len(hung)
-                result.window_note += (f"; {len(hung)} request(s) still unanswered after {max(hung):.1f} s were cut "
-                                       f"off at the end (longest completed: {longest_ok:.1f} s)")
         if refused >= DEAD_TARGET_FAILURES:
             result.level_failed = True
             result.window_note += f"; stopped: {DEAD_TARGET_FAILURES} connections in a row refused, the target is gone"

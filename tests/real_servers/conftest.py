@@ -47,6 +47,7 @@ Driving the CLI: ``plateau_cli`` (fixture) -> PlateauCli with ``target(server)``
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -86,6 +87,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.is_relative_to(here):
             item.add_marker(pytest.mark.real_server)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def load_generator_core() -> Iterator[None]:
+    """Keep this process (the load generator, and the tools it starts) off the servers' cores."""
+    if not hasattr(os, "sched_setaffinity") or not real_servers.client_cpus():
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, real_servers.client_cpus())
+    yield
+    os.sched_setaffinity(0, before)
 
 
 @pytest.fixture(scope="session")

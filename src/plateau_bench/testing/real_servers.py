@@ -152,8 +152,32 @@ def health_ok(url: str) -> bool:
 _children: dict[int, subprocess.Popen[bytes]] = {}
 
 
-def spawn(command: Sequence[str], log_path: Path, env: dict[str, str]) -> int:
+# The cores this process was given at import, before a test session pins itself to the client's core.
+_CORES = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def server_cpus() -> set[int]:
+    """The cores a server gets: every core but the first, which the load generator keeps.
+
+    On a two-core machine vLLM's CPU build keeps both cores busy and the load generator's event loop
+    then lags for seconds (every chunk time, TPOT and concurrency figure with it); a server and its
+    load generator on separate cores is what a real deployment has too.
+    """
+    return set(_CORES[1:]) if len(_CORES) >= 2 else set(_CORES)
+
+
+def client_cpus() -> set[int]:
+    """The core the load generator keeps (see ``server_cpus``)."""
+    return set(_CORES[:1]) if len(_CORES) >= 2 else set(_CORES)
+
+
+def spawn(command: Sequence[str], log_path: Path, env: dict[str, str], cpus: set[int] | None = None) -> int:
     log_path.parent.mkdir(parents=True, exist_ok=True)
+
+    def pin() -> None:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
     with log_path.open("ab") as log:
         process = subprocess.Popen(
             list(command),
@@ -162,6 +186,7 @@ def spawn(command: Sequence[str], log_path: Path, env: dict[str, str]) -> int:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,  # own process group: stopping it by PID also ends its workers
+            preexec_fn=pin if cpus and hasattr(os, "sched_setaffinity") else None,
         )
     _children[process.pid] = process
     return process.pid
@@ -245,7 +270,10 @@ def start_vllm(
     require_provisioned("vllm", [venv / ".plateau-ready", model / "config.json"])
     port = _claim_port(port)
     log = _log_path("vllm", port, log_path)
+    cpus = server_cpus()
     env = os.environ | {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "PYTHONUNBUFFERED": "1"}
+    if cpus:  # vLLM binds its OpenMP threads itself; give it the server's cores, not all of them
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in sorted(cpus))
     env.pop("VIRTUAL_ENV", None)
     command = [
         str(venv / "bin" / "vllm"), "serve", str(model),
@@ -255,7 +283,7 @@ def start_vllm(
         "--max-model-len", str(max_model_len),
         *extra_args,
     ]  # fmt: skip
-    pid = spawn(command, log, env)
+    pid = spawn(command, log, env, cpus)
     url = f"http://{HOST}:{port}"
     wait_ready("vllm", pid, url, log, timeout_s)
     return ServerHandle(
@@ -293,7 +321,7 @@ def start_llamacpp(
         "--metrics", "--slots", "--no-webui",
         *extra_args,
     ]  # fmt: skip
-    pid = spawn(command, log, dict(os.environ))
+    pid = spawn(command, log, dict(os.environ), server_cpus())
     url = f"http://{HOST}:{port}"
     wait_ready("llamacpp", pid, url, log, timeout_s)
     return ServerHandle(

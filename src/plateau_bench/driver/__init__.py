@@ -12,14 +12,11 @@ Public API:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
-from typing import Any, TypeVar
 
+from plateau_bench.aio import loop_name, run
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.sse import SSEParser, StreamAccumulator
 from plateau_bench.driver.target import TargetInfo, discover, tokenize_remote, wait_ready
-
-T = TypeVar("T")
 
 __all__ = [
     "SSEParser",
@@ -35,19 +32,9 @@ __all__ = [
 
 
 def install_event_loop() -> str:
-    """Make new event loops uvloop loops when uvloop is importable. Returns the loop's name."""
-    try:
+    """Make new event loops of the chosen kind (``plateau_bench.aio``). Returns the loop's name."""
+    if loop_name() == "uvloop":
         import uvloop
-    except ImportError:
-        return "asyncio"
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    return "uvloop"
 
-
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run`` on uvloop when available."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(main)
-    return uvloop.run(main)
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return loop_name()

@@ -4,8 +4,9 @@
 # generator), so a second provisioning run on the same machine only checks that the artefacts are there.
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-TESTING_DIR="$REPO_ROOT/src/plateau_bench/testing"
-# shellcheck source=../src/plateau_bench/testing/versions.env
+# Test-only support (server fixtures, model generators, pinned versions); not part of the package.
+TESTING_DIR="$REPO_ROOT/tests/support"
+# shellcheck source=../tests/support/versions.env
 source "$TESTING_DIR/versions.env"
 PLATEAU_CACHE="${PLATEAU_CACHE:-$HOME/.cache/plateau-bench}"
 PLATEAU_LOG_DIR="$PLATEAU_CACHE/logs"
@@ -14,7 +15,7 @@ mkdir -p "$PLATEAU_CACHE" "$PLATEAU_LOG_DIR"
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 
 # Models are keyed by their generator's content: editing a generator regenerates, nothing else does.
-# Must match plateau_bench.testing.real_servers.model_key.
+# Must match tests/support/real_servers.py's model_key.
 model_key() { sha256sum "$1" | cut -c1-12; }
 
 # apt-get update costs tens of seconds, so it runs only when a package is actually missing, and at most

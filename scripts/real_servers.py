@@ -17,7 +17,8 @@ import json
 import sys
 from pathlib import Path
 
-from plateau_bench.testing import real_servers
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the test-only support package
+from support import real_servers
 
 
 def start(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ Fixtures (session scope: each server starts once per test run and is stopped at 
     that batching 4 slots pays). Startup ~1 s. Exposes llamacpp:requests_processing etc. on /metrics,
     plus /slots and /props.
 
-ServerHandle (plateau_bench.testing.real_servers) attributes:
+ServerHandle (tests/support/real_servers.py) attributes:
     url             base URL, e.g. "http://127.0.0.1:41234"; OpenAI API under /v1
     model           served model name to put in requests ("tiny" for both servers)
     tokenizer_dir   vLLM: local Hugging Face tokenizer dir (for ``--tokenizer``); llama.cpp: None
@@ -58,8 +58,8 @@ from typer.testing import CliRunner
 
 from plateau_bench.cli import app
 from plateau_bench.report.results import load_summary
-from plateau_bench.testing import real_servers
-from plateau_bench.testing.real_servers import ProvisioningError, ServerHandle
+from support import real_servers
+from support.real_servers import ProvisioningError, ServerHandle
 
 VLLM_MAX_NUM_SEQS = 4
 LLAMACPP_PARALLEL = 4

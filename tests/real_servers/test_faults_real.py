@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from plateau_bench.report.results import load_summary
-from plateau_bench.testing import real_servers
-from plateau_bench.testing.real_servers import ServerHandle
+from support import real_servers
+from support.real_servers import ServerHandle
 
 if TYPE_CHECKING:
     from conftest import PlateauCli

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from plateau_bench.report.results import load_requests
-from plateau_bench.testing.real_servers import ServerHandle
+from support.real_servers import ServerHandle
 
 if TYPE_CHECKING:
     from conftest import PlateauCli

@@ -9,7 +9,7 @@ import json
 import aiohttp
 import pytest
 
-from plateau_bench.testing.real_servers import ServerHandle
+from support.real_servers import ServerHandle
 
 pytestmark = pytest.mark.real_server
 

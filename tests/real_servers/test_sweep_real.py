@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from plateau_bench.analysis.diagnosis import STALL_MS
-from plateau_bench.testing.real_servers import ServerHandle
+from support.real_servers import ServerHandle
 
 if TYPE_CHECKING:
     from conftest import PlateauCli

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from plateau_bench.testing.real_servers import ServerHandle
+from support.real_servers import ServerHandle
 
 if TYPE_CHECKING:
     from conftest import PlateauCli

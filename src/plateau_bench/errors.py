@@ -38,7 +38,15 @@ class ResultsError(PlateauError):
 
 
 class ErrorClass(StrEnum):
-    """How one request failed; stored on its record."""
+    """How one request failed; stored on its record.
+
+    ``TRUNCATED``: the stream ended (cleanly or with the connection closed or reset) without
+    ``[DONE]``, without a ``finish_reason``, and with fewer tokens than ``max_tokens`` (requests are
+    sent with ``ignore_eos``, so a complete answer has them all). ``HUNG``: still in flight when a
+    level's grace period ran out (set by the load loop, never by the client). ``PROTOCOL``: a
+    malformed stream (undecodable event, unusable status). Every failed record keeps the tokens
+    that arrived before the failure.
+    """
 
     CONNECT = "connect"
     TIMEOUT = "timeout"
@@ -46,5 +54,7 @@ class ErrorClass(StrEnum):
     HTTP_4XX = "http_4xx"
     HTTP_5XX = "http_5xx"
     PROTOCOL = "protocol"
+    TRUNCATED = "truncated"
     SERVER_ERROR_EVENT = "server_error_event"
     CANCELLED = "cancelled"
+    HUNG = "hung"

@@ -25,6 +25,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from plateau_bench.result import Knee, LevelResult, Plateau, SearchSettings
+
 
 @dataclass(frozen=True)
 class Point:
@@ -34,37 +36,8 @@ class Point:
     failed: bool = False
 
 
-@dataclass(frozen=True)
-class SearchConfig:
-    start: int = 1
-    max_concurrency: int = 4096
-    plateau_gain: float = 0.05
-    knee_fraction: float = 0.95
-    refine_steps: int = 3
-
-
-@dataclass(frozen=True)
-class Plateau:
-    throughput: float
-    concurrency: int          # first level on the plateau
-    reached: bool             # confirmed by two flat doublings
-    levels: tuple[int, ...] = ()
-
-    def to_dict(self) -> dict[str, object]:
-        return {"throughput": self.throughput, "concurrency": self.concurrency, "reached": self.reached,
-                "levels": list(self.levels)}
-
-
-@dataclass(frozen=True)
-class Knee:
-    concurrency: float                 # interpolated
-    throughput: float                  # knee_fraction * plateau
-    bracket: tuple[int, int]           # measured levels around it
-    reached: bool
-
-    def to_dict(self) -> dict[str, object]:
-        return {"concurrency": self.concurrency, "throughput": self.throughput,
-                "bracket": list(self.bracket), "reached": self.reached}
+# The search settings are part of the saved result (``SweepSettings.search``).
+SearchConfig = SearchSettings
 
 
 @dataclass(frozen=True)
@@ -196,3 +169,17 @@ def next_concurrency(points: Sequence[Point], cfg: SearchConfig) -> Decision:
     if any(p.concurrency == mid for p in pts):
         return Decision(None, "done", "plateau confirmed and knee refined")
     return Decision(mid, "refine", f"refining the knee between C={lo} and C={hi}")
+
+
+def point_of(level: LevelResult) -> Point:
+    """A level as a point of the throughput curve."""
+    return Point(concurrency=level.concurrency or 0, throughput=level.output_throughput,
+                 ci_rel=level.throughput_ci_rel, failed=level.level_failed)
+
+
+def plateau_and_knee(levels: Sequence[LevelResult], search: SearchSettings) -> tuple[Plateau | None, Knee | None]:
+    """The plateau and knee of a run's closed-loop levels under its own search settings."""
+    points = [point_of(lv) for lv in levels if lv.concurrency and lv.mode != "rate"]
+    plateau = find_plateau(points, search.plateau_gain)
+    knee = find_knee(points, plateau, search.knee_fraction) if plateau else None
+    return plateau, knee

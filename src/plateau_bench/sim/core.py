@@ -1,0 +1,65 @@
+"""The engine's state, shared by the scheduler (``schedule``) and the step commit (``commit``).
+
+``EngineCore`` only holds the fields; ``Scheduler`` and ``Committer`` add the two halves of a step
+as methods on it, and ``engine.Engine`` combines them behind the public API. They are methods of
+one object, not functions over a state record, because the hot path reads these fields many
+times per step and ``self._x`` is the cheapest access Python has.
+
+KV blocks are counted, not tracked per block: ``_blocks_used`` is the total held, prefilling
+requests keep their own ``blocks``, and decoders are counted per residue class of their context
+length modulo ``block_size`` (``_phase``), which says how many of them start a new block at
+decode step ``G``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from plateau_bench.sim.config import EngineConfig
+from plateau_bench.sim.request import FinishCallback, SimRequest, StepPlan, StepRecord
+
+
+class EngineCore:
+    """The fields of ``engine.Engine``; see the module docstring."""
+
+    # Multi-step jumps; tests turn them off to check that they change nothing.
+    jump = True
+
+    def __init__(self, config: EngineConfig, *, chunks: bool = False, trace: bool = False,
+                 on_finish: FinishCallback | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.on_finish = on_finish
+        self.chunks = chunks
+        self.trace: list[StepRecord] | None = [] if trace else None
+        self.now = 0.0
+        self._bs = config.block_size
+        self._num_blocks = config.num_gpu_blocks
+        self._cap = config.max_num_seqs
+        self._budget = config.max_num_batched_tokens
+        self._mixed = config.policy == "mixed"
+        self._model = model = config.step
+        # The step-time coefficients, read once per step on the hot path (same formula as step_time).
+        self._t0, self._a, self._b, self._c = model.t0, model.a, model.b, model.c
+        self._max_len = config.max_model_len
+        self._kv_capacity = self._num_blocks * self._bs
+        self._g = 0
+        self._next_rid = 0
+        self._pending: list[tuple[float, int, SimRequest]] = []
+        self._waiting: deque[SimRequest] = deque()
+        self._running: dict[int, SimRequest] = {}          # admission order
+        self._prefilling: list[SimRequest] = []            # running, not yet decoding, admission order
+        # Decoders by the decode step at which they finish: a heap of those steps, and per step the
+        # requests in join order. A step is in the heap exactly while it has a bucket (maybe emptied
+        # by preemptions); grouping keeps the heap small and its entries plain ints.
+        self._finish_steps: list[int] = []
+        self._finishing: dict[int, list[SimRequest]] = {}
+        self._n_decode = 0
+        self._phase = [0] * self._bs                      # decoders per (context - G) mod block_size
+        self._key_sum = 0                                  # sum of (context - G) over decoders
+        self._blocks_used = 0
+        self._decode_times: list[float] = []               # end time of decode step g at index g-1
+        self._inflight: StepPlan | None = None
+        self.preemptions = 0
+        self.prompt_tokens_total = 0
+        self.generation_tokens_total = 0

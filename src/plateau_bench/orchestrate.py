@@ -55,7 +55,7 @@ class Prepared:
 async def embedded_twin(preset: str, speed: float) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     """Start the simulated engine on a free local port for the duration of the block."""
     from plateau_bench.sim.presets import get_preset
-    from plateau_bench.sim.server import start_sim_server
+    from plateau_bench.sim.embed import start_sim_server
 
     config = get_preset(preset)
     handle = await asyncio.to_thread(start_sim_server, config, host="127.0.0.1", port=0, speed=speed)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -158,6 +157,7 @@ def register(app: typer.Typer) -> None:
                                                    rich_help_panel=ENGINE)] = None,
     ) -> None:
         """Serve the simulated engine as an OpenAI-compatible server with vLLM's /metrics."""
+        from plateau_bench.aio import run
         from plateau_bench.sim.embed import serve_forever
 
         if speed <= 0:
@@ -173,11 +173,6 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"plateau serve-sim: preset {preset} (model {config.model_name!r}) on "
                        f"http://{host}:{bound}, speed x{speed:g}; Ctrl-C to stop", err=True)
 
-        try:
-            import uvloop
-            runner: Any = uvloop.run
-        except ImportError:  # pragma: no cover
-            runner = asyncio.run
-        runner(serve_forever(config, host=host, port=port, speed=speed, metrics=not no_metrics,
-                             reject_when_waiting=reject_when_waiting, reject_status=reject_status,
-                             on_ready=ready))
+        run(serve_forever(config, host=host, port=port, speed=speed, metrics=not no_metrics,
+                          reject_when_waiting=reject_when_waiting, reject_status=reject_status,
+                          on_ready=ready))

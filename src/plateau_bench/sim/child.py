@@ -11,9 +11,10 @@ import os
 
 import msgspec
 
+from plateau_bench.aio import new_event_loop
 from plateau_bench.errors import ConfigError
 from plateau_bench.sim.config import EngineConfig
-from plateau_bench.sim.embed import _new_loop, serve_forever
+from plateau_bench.sim.embed import serve_forever
 
 
 def _child_main(argv: list[str] | None = None) -> None:
@@ -27,7 +28,7 @@ def _child_main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reject-status", type=int, default=429)
     ns = parser.parse_args(argv)
     config = msgspec.json.decode(ns.config.encode(), type=EngineConfig)
-    loop = _new_loop()
+    loop = new_event_loop()
     try:
         loop.run_until_complete(serve_forever(
             config, host=ns.host, port=ns.port, speed=ns.speed, metrics=not ns.no_metrics,

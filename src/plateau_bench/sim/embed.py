@@ -24,19 +24,12 @@ from typing import Protocol
 
 import msgspec
 
+from plateau_bench.aio import new_event_loop
 from plateau_bench.errors import ConfigError
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.server import SimServer
 
 READY_TIMEOUT_S = 30.0
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency except on Windows
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
 
 
 def _bind_error(exc: OSError, host: str, port: int) -> ConfigError:
@@ -140,7 +133,7 @@ def _read_line(proc: subprocess.Popen[bytes], timeout_s: float) -> str:
 
 def _start_thread(config: EngineConfig, host: str, port: int, speed: float, metrics: bool,
                   reject_when_waiting: int | None, reject_status: int) -> SimServerHandle:
-    loop = _new_loop()
+    loop = new_event_loop()
     holder: dict[str, object] = {}
 
     async def boot() -> int:

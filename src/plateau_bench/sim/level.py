@@ -30,10 +30,10 @@ from plateau_bench.records import TOKEN_SOURCE_SIM, RequestRecord
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.engine import Engine, EngineState, RequestRejected, SimRequest, StepRecord
 from plateau_bench.spec import LevelSpec, WorkloadSpec
+from plateau_bench.units import NS
 from plateau_bench.workload.arrivals import iter_arrival_offsets_ns
 from plateau_bench.workload.prompts import sample_lengths
 
-NS = 1_000_000_000
 DEFAULT_STEADY_DURATION_S = 60.0
 _BATCH = 4096
 

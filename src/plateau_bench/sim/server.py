@@ -310,9 +310,3 @@ class SimServer:
         return web.Response(body=self.metrics.exposition(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
-
-def start_sim_server(config: EngineConfig, **kwargs: Any) -> Any:
-    """Same as ``plateau_bench.sim.embed.start_sim_server`` (kept here for discoverability)."""
-    from plateau_bench.sim.embed import start_sim_server as start
-
-    return start(config, **kwargs)

@@ -6,7 +6,8 @@ installs them and generates their random-weight models under ``$PLATEAU_CACHE`` 
 with the provisioning log's tail; nothing is skipped silently.
 
 Every test collected under this directory gets the ``real_server`` marker (also set by pytestmark in
-each file), so ``pytest -m "not real_server"`` runs the rest of the suite without these servers.
+each file), so ``pytest -m "not real_server"`` runs the rest of the suite without these servers, and a
+timeout of REAL_SERVER_TIMEOUT_S unless it sets its own.
 
 Fixtures (session scope: each server starts once per test run and is stopped at the end):
 
@@ -64,6 +65,10 @@ from support.real_servers import ProvisioningError, ServerHandle
 VLLM_MAX_NUM_SEQS = 4
 LLAMACPP_PARALLEL = 4
 LLAMACPP_MODEL = "mid"
+# Per-test bound (pytest-timeout counts fixture set-up): the first test to use vLLM also waits for its
+# start-up (~130 s measured, up to real_servers.VLLM_STARTUP_TIMEOUT_S = 600 s on a busy machine).
+# Tests that need longer say so with their own @pytest.mark.timeout.
+REAL_SERVER_TIMEOUT_S = int(real_servers.VLLM_STARTUP_TIMEOUT_S) + 300
 
 def _started(start: Callable[[], ServerHandle]) -> Iterator[ServerHandle]:
     try:
@@ -87,6 +92,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.is_relative_to(here):
             item.add_marker(pytest.mark.real_server)
+            if item.get_closest_marker("timeout") is None:
+                item.add_marker(pytest.mark.timeout(REAL_SERVER_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -23,6 +23,8 @@ from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.embed import start_sim_server
 from plateau_bench.sim.presets import get_preset
 
+pytestmark = pytest.mark.slow  # real-time sweeps over HTTP: 6-20 s each on two cores
+
 FAST = ["--min-level-time", "1s", "--max-level-time", "3s", "--input-len", "32", "--output-len", "64",
         "--quiet"]
 
@@ -103,6 +105,7 @@ def test_starved_load_generator_is_named_first(tmp_path: Path) -> None:
     assert verdict["constraint"] == "load_generator", verdict
 
 
+@pytest.mark.timeout(300)  # up to 60 s to reach two levels, 30 s to stop, then the resumed sweep
 def test_ctrl_c_keeps_finished_levels_and_resume_continues(tmp_path: Path) -> None:
     config = get_preset("tiny").with_overrides(max_num_seqs=8)
     out = tmp_path / "run"

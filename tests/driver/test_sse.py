@@ -222,8 +222,48 @@ def test_cumulative_usage_gives_exact_chunk_tokens() -> None:
     acc.feed(completion("", {"prompt_tokens": 4, "completion_tokens": 2}), 2)  # held back
     acc.feed(completion("bcd", {"prompt_tokens": 4, "completion_tokens": 4}), 3)
     acc.feed(completion("e", {"prompt_tokens": 4, "completion_tokens": 5}), 4)
-    acc.feed(usage_event(4, 6), 5)
+    acc.feed(completion("", {"prompt_tokens": 4, "completion_tokens": 6}), 5)  # finish chunk, no text
+    acc.feed(usage_event(4, 6), 6)
     assert acc.token_counts(None) == (6, [1, 3, 2], TOKEN_SOURCE_USAGE)
+    assert acc.counts(None).usage_tokens is None
+
+
+def finish(text: str, usage: dict[str, int] | None = None) -> bytes:
+    body = {"choices": [{"text": text, "finish_reason": "length"}], "usage": usage}
+    return b"data: " + json.dumps(body).encode() + b"\n\n"
+
+
+def test_finish_reason_or_done_marks_the_stream_complete() -> None:
+    acc = StreamAccumulator()
+    acc.feed(completion("a"), 1)
+    assert not acc.complete
+    acc.feed(finish("b"), 2)
+    assert acc.complete and acc.finish_reason == "length" and acc.chunk_ns == [1, 2]
+    done = StreamAccumulator()
+    done.feed(completion("a") + b"data: [DONE]\n\n", 1)
+    assert done.complete and done.finish_reason is None
+
+
+def test_a_claim_above_the_running_count_is_refuted() -> None:
+    acc = StreamAccumulator()
+    acc.feed(completion("a", {"prompt_tokens": 4, "completion_tokens": 1}), 1)
+    acc.feed(finish("bc", {"prompt_tokens": 4, "completion_tokens": 3}), 2)
+    acc.feed(usage_event(4, 9), 3)
+    assert acc.counts(None) == (3, [1, 2], TOKEN_SOURCE_USAGE, 9)
+
+
+def test_an_incomplete_stream_does_not_vouch_for_its_usage_claim() -> None:
+    acc = StreamAccumulator()
+    acc.feed(completion("a b ") + completion("c ") + usage_event(4, 8), 1)
+    assert acc.counts(None) == (2, [1, 1], TOKEN_SOURCE_ESTIMATE, 8)
+    assert acc.counts(lambda text: len(text.split())) == (3, [2, 1], TOKEN_SOURCE_TOKENIZER, 8)
+    assert acc.counts(lambda text: 8 + len(text)) == (8, [5, 3], TOKEN_SOURCE_USAGE, None)
+
+
+def test_a_complete_stream_may_carry_several_tokens_per_chunk() -> None:
+    acc = StreamAccumulator()
+    acc.feed(completion("a b ") + finish("c ") + usage_event(4, 8), 1)
+    assert acc.counts(None) == (8, [5, 3], TOKEN_SOURCE_USAGE, None)
 
 
 def test_without_usage_the_tokenizer_counts_all_text() -> None:

@@ -24,7 +24,8 @@ Per-chunk token counts (``chunk_tokens``), in order of preference:
 1. The server sends cumulative ``usage`` in every content chunk (vLLM's
    ``continuous_usage_stats``): each chunk gets the difference from the previous content chunk,
    so tokens carried by empty-text chunks land on the next chunk that shows their text, and
-   tokens after the last content chunk are added to it.
+   tokens streamed after the last content chunk (empty-text chunks, e.g. the finish chunk) are
+   added to it.
 2. Otherwise one token per content chunk. If the final total (usage, else the tokenizer) differs
    from the chunk count, the total is shared over the chunks in proportion to their text length
    (largest-remainder rounding; every chunk keeps at least one token when there are at least as
@@ -32,11 +33,20 @@ Per-chunk token counts (``chunk_tokens``), in order of preference:
    cannot print yet (partial UTF-8, stop-string look-ahead) or batches several tokens per chunk,
    and in both cases the chunk that finally carries those tokens has the longer text. The sum of
    ``chunk_tokens`` always equals ``output_tokens``, so throughput over time stays exact.
+
+A usage report is not trusted blindly. The stream itself counts tokens exactly only when the
+server sent its running count with every content chunk (case 1); otherwise a content chunk proves
+at least one token and nothing more (several tokens per chunk are normal). So the claim is checked
+where the stream can refute it: when it exceeds the running count, or when the stream never
+completed (no ``[DONE]``, no ``finish_reason``) and the claim exceeds what can be seen streamed
+(the tokenizer's count of the streamed text, else one token per chunk). Then ``output_tokens`` is
+what was streamed and ``usage_tokens`` keeps the claim, so the record shows the disagreement.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import msgspec
 
@@ -127,6 +137,7 @@ class Delta(msgspec.Struct, gc=False):
 class Choice(msgspec.Struct, gc=False):
     text: str | None = None      # /v1/completions
     delta: Delta | None = None   # /v1/chat/completions
+    finish_reason: str | None = None
 
 
 class Usage(msgspec.Struct, gc=False):
@@ -155,17 +166,26 @@ def error_message(error: ErrorBody | str) -> str:
     return error.message or error.type or (str(error.code) if error.code is not None else "error")
 
 
+class TokenCounts(NamedTuple):
+    """The token figures of one ended stream (see the module docstring for the rules)."""
+
+    output_tokens: int
+    chunk_tokens: list[int]      # per content chunk; sums to output_tokens
+    source: str                  # TOKEN_SOURCE_*
+    usage_tokens: int | None     # the usage report's claim when it was not taken as output_tokens
+
+
 class StreamAccumulator:
     """Everything one streamed response tells us, gathered as its bytes arrive.
 
     ``texts`` holds the text of each content chunk (content and reasoning together), aligned
-    with ``chunk_ns``.
+    with ``chunk_ns``. ``finish_reason`` is the last one a choice carried.
     """
 
     __slots__ = (
-        "_cumulative", "_parser", "chunk_ns", "done", "error", "first_reasoning_ns",
+        "_cumulative", "_parser", "chunk_ns", "done", "error", "finish_reason", "first_reasoning_ns",
         "first_token_ns", "last_byte_ns", "other_events", "protocol_error", "texts",
-        "usage_completion", "usage_prompt",
+        "usage_completion", "usage_prompt", "usage_running",
     )
 
     def __init__(self) -> None:
@@ -177,7 +197,9 @@ class StreamAccumulator:
         self.first_reasoning_ns: int | None = None
         self.last_byte_ns: int | None = None
         self.usage_prompt: int | None = None
-        self.usage_completion: int | None = None
+        self.usage_completion: int | None = None  # the last usage report's completion tokens
+        self.usage_running: int | None = None     # the last one carried by a chunk with choices
+        self.finish_reason: str | None = None
         self.done = False
         self.other_events = 0                   # events that were not content chunks
         self.error: str | None = None           # message of an error event from the server
@@ -186,6 +208,11 @@ class StreamAccumulator:
     @property
     def events(self) -> int:
         return self.other_events + len(self.chunk_ns)
+
+    @property
+    def complete(self) -> bool:
+        """The server marked the end of the answer: ``[DONE]`` or a ``finish_reason``."""
+        return self.done or self.finish_reason is not None
 
     def feed(self, data: bytes, t_ns: int) -> bool:
         """Consume one read taken at ``t_ns``. Returns True when reading should stop (an error)."""
@@ -220,6 +247,8 @@ class StreamAccumulator:
                 self.other_events += 1
                 continue
             choice = choices[0]
+            if choice.finish_reason is not None:
+                self.finish_reason = choice.finish_reason
             text = choice.text
             if text is None:
                 delta = choice.delta
@@ -255,23 +284,53 @@ class StreamAccumulator:
                 self.usage_prompt = usage.prompt_tokens
             if usage.completion_tokens is not None:
                 self.usage_completion = usage.completion_tokens
+                if chunk.choices:
+                    self.usage_running = usage.completion_tokens
         return False
 
     def token_counts(
         self, count_tokens: Callable[[str], int] | None
     ) -> tuple[int, list[int], str]:
         """(output tokens, tokens per content chunk, token source) once the stream has ended."""
+        counts = self.counts(count_tokens)
+        return counts.output_tokens, counts.chunk_tokens, counts.source
+
+    def counts(self, count_tokens: Callable[[str], int] | None) -> TokenCounts:
+        """The token figures once the stream has ended; a refuted usage claim is kept apart."""
         n = len(self.chunk_ns)
-        if self.usage_completion is not None:
-            total, source = self.usage_completion, TOKEN_SOURCE_USAGE
-            per_chunk = self._from_cumulative(total)
+        claimed = self.usage_completion
+        if claimed is not None:
+            running = self._running_count()
+            if running is not None and claimed > running:
+                per_chunk = self._from_cumulative(running)
+                assert per_chunk is not None  # _running_count checked it
+                return TokenCounts(running, per_chunk, TOKEN_SOURCE_USAGE, claimed)
+            if running is None and claimed > n and not self.complete:
+                streamed, chunk_tokens, source = self._streamed(count_tokens)
+                if claimed > streamed:
+                    return TokenCounts(streamed, chunk_tokens, source, claimed)
+            per_chunk = self._from_cumulative(claimed)
             if per_chunk is not None:
-                return total, per_chunk, source
-        elif count_tokens is not None:
-            total, source = count_tokens("".join(self.texts)), TOKEN_SOURCE_TOKENIZER
-        else:
+                return TokenCounts(claimed, per_chunk, TOKEN_SOURCE_USAGE, None)
+            return TokenCounts(claimed, spread_tokens(claimed, [len(t) for t in self.texts]),
+                               TOKEN_SOURCE_USAGE, None)
+        total, per_chunk, source = self._streamed(count_tokens)
+        return TokenCounts(total, per_chunk, source, None)
+
+    def _streamed(self, count_tokens: Callable[[str], int] | None) -> tuple[int, list[int], str]:
+        """Tokens seen in the stream without the usage report: the tokenizer, else one per chunk."""
+        n = len(self.chunk_ns)
+        if count_tokens is None:
             return n, [1] * n, TOKEN_SOURCE_ESTIMATE
-        return total, spread_tokens(total, [len(t) for t in self.texts]), source
+        total = count_tokens("".join(self.texts))
+        return total, spread_tokens(total, [len(t) for t in self.texts]), TOKEN_SOURCE_TOKENIZER
+
+    def _running_count(self) -> int | None:
+        """Tokens streamed by the server's own running count, when it sent a valid one."""
+        running = self.usage_running
+        if running is None or self._from_cumulative(running) is None:
+            return None
+        return running
 
     def _from_cumulative(self, total: int) -> list[int] | None:
         cum = self._cumulative

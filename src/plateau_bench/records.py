@@ -26,6 +26,13 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     ``chunk_ns``/``chunk_tokens`` list the content chunks: arrival time and how many output
     tokens each carried. They may be empty when only first-token and end times are known
     (the twin in fast mode); metrics then spread tokens evenly between first token and end.
+
+    ``output_tokens`` counts tokens actually streamed, also on failed records (a truncated or
+    broken stream keeps what arrived). ``usage_tokens`` is set only when the server's usage
+    report claimed a count the stream refuted (more than it streamed); ``token_mismatch`` then
+    holds. ``connect_ns`` is a duration, not a time: from ``sent_ns`` until a connection was
+    ready (pooled or new, including any wait for a pool slot); None when none was obtained or
+    the producer does not measure it (the twin).
     """
 
     index: int
@@ -44,10 +51,17 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     error_detail: str | None = None
     http_status: int | None = None
     warmup: bool = False
+    usage_tokens: int | None = None
+    connect_ns: int | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def token_mismatch(self) -> bool:
+        """The usage report disagreed with the tokens streamed (``output_tokens`` is the latter)."""
+        return self.usage_tokens is not None and self.usage_tokens != self.output_tokens
 
 
 class Latency(msgspec.Struct, frozen=True):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import struct
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -36,8 +37,14 @@ class Plan:
     keepalive: bool = False          # comments and blank lines between events
     crlf: bool = False
     send_done: bool = True
+    finish_reason: bool = True       # the last content chunk carries finish_reason "length"
+    usage_claim: int | None = None   # completion_tokens the final usage report claims (default: all)
+    stream_tokens: int | None = None  # stream at most this many tokens, then end as usual
     held_back_every: int = 0         # every Nth token arrives with empty text (text joins the next)
     cut_after: int | None = None     # drop the connection after this many tokens
+    reset_after: int | None = None   # reset the connection (RST) after this many tokens
+    end_after: int | None = None     # end the body cleanly after this many tokens (no [DONE])
+    garbage_after: int | None = None  # send an undecodable event after this many tokens
     no_events: bool = False          # answer 200 with an empty body
     api_key: str | None = None       # required bearer token
     error_echo_auth: bool = False    # error body repeats the Authorization header
@@ -155,12 +162,28 @@ class ScriptedServer:
             await event(_chunk(chat, None, role=True))
             await asyncio.sleep(plan.role_gap_s)
         total = int(body["max_tokens"])
+        if plan.stream_tokens is not None:
+            total = min(total, plan.stream_tokens)
         done = 0
         pending_tokens = 0
         while done < total:
             if plan.cut_after is not None and done >= plan.cut_after:
                 assert request.transport is not None
                 request.transport.close()
+                return resp
+            if plan.reset_after is not None and done >= plan.reset_after:
+                assert request.transport is not None
+                sock = request.transport.get_extra_info("socket")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                request.transport.abort()
+                return resp
+            if plan.end_after is not None and done >= plan.end_after:
+                await resp.write_eof()
+                return resp
+            if plan.garbage_after is not None and done >= plan.garbage_after:
+                await event('{"choices": [{"text": "x"')
+                await asyncio.sleep(0.05)
+                await resp.write_eof()
                 return resp
             if plan.error_after is not None and done >= plan.error_after:
                 await event({"error": {"message": "out of KV cache", "type": "InternalError"}})
@@ -175,15 +198,18 @@ class ScriptedServer:
             reasoning = done <= plan.reasoning_tokens
             text = "" if held else " ".join(f"t{i}" for i in range(pending_tokens)) + " "
             usage = {"prompt_tokens": 7, "completion_tokens": done} if plan.continuous_usage else None
+            finish = "length" if plan.finish_reason and done == total else None
             if held:
                 await event(_chunk(chat, text, usage=usage))
             else:
-                await event(_chunk(chat, text, usage=usage, reasoning=reasoning), stamp=pending_tokens)
+                await event(_chunk(chat, text, usage=usage, reasoning=reasoning, finish=finish),
+                            stamp=pending_tokens)
                 pending_tokens = 0
             if done < total:
                 await asyncio.sleep(plan.itl_s)
         if plan.usage and body.get("stream_options", {}).get("include_usage"):
-            usage = {"prompt_tokens": 7, "completion_tokens": total, "total_tokens": 7 + total}
+            claim = total if plan.usage_claim is None else plan.usage_claim
+            usage = {"prompt_tokens": 7, "completion_tokens": claim, "total_tokens": 7 + claim}
             await event({"id": "x", "choices": [], "usage": usage})
         if plan.send_done:
             await event("[DONE]")
@@ -192,14 +218,14 @@ class ScriptedServer:
 
 
 def _chunk(chat: bool, text: str | None, *, role: bool = False, usage: dict[str, int] | None = None,
-           reasoning: bool = False) -> dict[str, Any]:
+           reasoning: bool = False, finish: str | None = None) -> dict[str, Any]:
     if chat:
         delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
         if text is not None:
             delta["reasoning_content" if reasoning else "content"] = text
-        choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": None}
+        choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
     else:
-        choice = {"index": 0, "text": text or "", "finish_reason": None}
+        choice = {"index": 0, "text": text or "", "finish_reason": finish}
     return {"id": "x", "object": "chunk", "choices": [choice], "usage": usage}
 
 

@@ -131,6 +131,37 @@ async def test_requests_run_concurrently_up_to_the_pool_size(server: ScriptedSer
     assert received[-1] - received[0] < first_done - min(r.sent_ns for r in records)
 
 
+async def test_connect_time_is_recorded_for_new_and_pooled_connections(server: ScriptedServer) -> None:
+    server.plan.ttft_s, server.plan.itl_s = 0.05, 0.001
+    t0 = time.monotonic_ns()
+    async with StreamingClient(target(server.url), concurrency=1, t0_ns=t0) as client:
+        records = [await client.send(index=i, prompt="p", prompt_tokens=1, max_tokens=2, scheduled_ns=0)
+                   for i in range(3)]
+    for record in records:
+        assert record.ok and record.connect_ns is not None
+        assert 0 <= record.connect_ns < record.first_token_ns - record.sent_ns  # type: ignore[operator]
+        assert record.connect_ns < 50 * MS  # on 127.0.0.1, with or without a pooled connection
+
+
+async def test_waiting_for_a_pool_slot_counts_as_connect_time(server: ScriptedServer) -> None:
+    """Two requests, one connection: the second gets it once the first has ended."""
+    server.plan.ttft_s, server.plan.itl_s = 0.2, 0.001
+    t0 = time.monotonic_ns()
+    async with StreamingClient(target(server.url), concurrency=1, t0_ns=t0) as client:
+        first, second = await asyncio.gather(*(
+            client.send(index=i, prompt="p", prompt_tokens=1, max_tokens=2, scheduled_ns=0) for i in range(2)))
+    assert first.ok and second.ok
+    assert first.connect_ns is not None and first.connect_ns < 100 * MS
+    assert second.connect_ns is not None
+    assert second.sent_ns + second.connect_ns >= first.end_ns
+    assert second.connect_ns >= 150 * MS
+
+
+async def test_no_connection_no_connect_time(refused_url: str) -> None:
+    record = await send_one(target(refused_url))
+    assert record.error == ErrorClass.CONNECT.value and record.connect_ns is None
+
+
 # --- the request ------------------------------------------------------------------------------
 
 
@@ -241,6 +272,84 @@ async def test_missing_done_with_usage_is_accepted(server: ScriptedServer) -> No
     assert record.ok and record.output_tokens == 4
 
 
+async def test_no_end_marker_but_every_token_is_accepted(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.send_done, server.plan.finish_reason = 0.001, False, False
+    record = await send_one(target(server.url), max_tokens=4)
+    assert record.ok and record.output_tokens == 4 and not record.token_mismatch
+
+
+async def test_finish_reason_without_done_is_complete_even_when_short(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.send_done, server.plan.stream_tokens = 0.001, False, 3
+    record = await send_one(target(server.url), max_tokens=8)
+    assert record.ok and record.output_tokens == 3
+
+
+# --- truncated streams and refuted usage claims --------------------------------------------------
+
+
+async def test_clean_end_short_of_max_tokens_is_truncated(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.end_after = 0.001, 3
+    record = await send_one(target(server.url), max_tokens=10)
+    assert record.error == ErrorClass.TRUNCATED.value and not record.ok
+    assert record.http_status == 200
+    assert record.error_detail == ("stream ended after 3 of 10 tokens without [DONE] or finish_reason "
+                                   "(the body ended)")
+    assert (record.output_tokens, record.chunk_tokens, len(record.chunk_ns)) == (3, [1, 1, 1], 3)
+    assert record.first_token_ns == record.chunk_ns[0] and record.end_ns >= record.chunk_ns[-1]
+
+
+async def test_connection_closed_mid_stream_is_truncated(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.cut_after = 0.001, 2
+    record = await send_one(target(server.url), max_tokens=10)
+    assert record.error == ErrorClass.TRUNCATED.value
+    assert record.error_detail is not None and record.error_detail.endswith("(connection closed)")
+    assert (record.output_tokens, len(record.chunk_ns)) == (2, 2)
+
+
+async def test_connection_reset_mid_stream_is_truncated(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.reset_after = 0.001, 4
+    record = await send_one(target(server.url), max_tokens=10)
+    assert record.error == ErrorClass.TRUNCATED.value
+    assert record.error_detail is not None and "after 4 of 10 tokens" in record.error_detail
+    assert "reset" in record.error_detail
+    assert (record.output_tokens, len(record.chunk_ns)) == (4, 4)
+
+
+async def test_malformed_event_mid_stream_keeps_the_tokens(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.garbage_after = 0.001, 3
+    record = await send_one(target(server.url), max_tokens=10)
+    assert record.error == ErrorClass.PROTOCOL.value
+    assert record.error_detail is not None and record.error_detail.startswith("undecodable event")
+    assert (record.output_tokens, len(record.chunk_ns)) == (3, 3)
+
+
+async def test_a_usage_claim_the_stream_did_not_deliver_is_flagged(server: ScriptedServer) -> None:
+    """No [DONE], no finish_reason, 3 tokens streamed of 8 asked, usage claims 8: truncated, 3 kept."""
+    plan = server.plan
+    plan.itl_s, plan.send_done, plan.finish_reason, plan.stream_tokens, plan.usage_claim = 0.001, False, False, 3, 8
+    record = await send_one(target(server.url), max_tokens=8)
+    assert record.error == ErrorClass.TRUNCATED.value
+    assert (record.output_tokens, record.usage_tokens, record.token_mismatch) == (3, 8, True)
+    assert sum(record.chunk_tokens) == 3
+
+
+async def test_a_claim_above_the_running_count_is_flagged(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.continuous_usage, server.plan.usage_claim = 0.001, True, 9
+    record = await send_one(target(server.url), max_tokens=5)
+    assert record.ok  # complete: [DONE] and finish_reason, all 5 tokens streamed
+    assert (record.output_tokens, record.usage_tokens, record.token_mismatch) == (5, 9, True)
+    assert record.chunk_tokens == [1] * 5
+    encoded = msgspec.json.decode(msgspec.json.encode(record), type=RequestRecord)
+    assert encoded.token_mismatch and encoded == record
+
+
+async def test_usage_that_agrees_is_not_flagged(server: ScriptedServer) -> None:
+    server.plan.itl_s, server.plan.tokens_per_chunk = 0.001, 3
+    record = await send_one(target(server.url), max_tokens=9)
+    assert record.ok and record.output_tokens == 9 and len(record.chunk_ns) == 3
+    assert record.usage_tokens is None and not record.token_mismatch
+
+
 # --- every error class ------------------------------------------------------------------------
 
 
@@ -291,13 +400,6 @@ async def test_error_event_mid_stream(server: ScriptedServer) -> None:
     assert record.error_detail == "out of KV cache"
     assert record.http_status == 200
     assert len(record.chunk_ns) == 3
-
-
-async def test_connection_cut_mid_stream_is_a_protocol_error(server: ScriptedServer) -> None:
-    server.plan.itl_s, server.plan.cut_after = 0.001, 2
-    record = await send_one(target(server.url), max_tokens=10)
-    assert record.error == ErrorClass.PROTOCOL.value
-    assert len(record.chunk_ns) == 2
 
 
 async def test_empty_stream_is_a_protocol_error(server: ScriptedServer) -> None:

@@ -15,6 +15,13 @@ Timing (monotonic clock, ns relative to ``t0_ns``, the start of the level):
   ``_read_stream`` for how. ``first_token_ns`` is the first chunk carrying content or reasoning
   text (a chat role-only chunk carries none).
 * ``end_ns``: the last piece of body that carried bytes.
+* ``connect_ns`` (a duration): from ``sent_ns`` until the connector handed over a connection,
+  pooled or new, so a slow connect (a full listen backlog costs 1 s, 3 s, 7 s... of SYN
+  retries) is seen apart from the server's time to first token. It is read by a connector whose
+  ``connect`` notes the clock for the request in flight in the current task (a context
+  variable), which costs two context-variable operations and one clock read per request;
+  aiohttp's ``TraceConfig`` would do the same with a ``Trace`` object and some ten signal sends
+  per request.
 
 Requests are started as the caller asks. Letting only a few start per event-loop iteration was
 measured and rejected: it stretched a 512-request burst from ~70 ms to ~300 ms and raised the
@@ -22,9 +29,12 @@ first-token timing error, because the starts then overlapped more of the streams
 
 Failures never raise: the record carries an ``ErrorClass`` value, a short detail with every secret
 removed, and the HTTP status where there was one. Tokens that arrived before a failure stay on
-the record. A stream that ends without ``[DONE]`` is accepted when it delivered tokens or usage
-(some servers omit ``[DONE]``; a cut-off chunked body still fails as a payload error), and is a
-protocol error when it delivered nothing. Cancellation is not a failure: it propagates.
+the record (``output_tokens`` counts what was streamed). A stream is complete when the server
+marked its end, ``[DONE]`` or a ``finish_reason`` (some servers omit ``[DONE]``), or when it
+delivered all ``max_tokens`` (requests are sent with ``ignore_eos``). A stream that ends any other
+way, cleanly or with the connection closed or reset, is ``truncated``; a 200 answer whose body
+ended cleanly without a single event is a protocol error (not an event stream). A connection lost
+after the stream was complete costs nothing. Cancellation is not a failure: it propagates.
 """
 
 from __future__ import annotations
@@ -32,11 +42,15 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from types import TracebackType
 from typing import Any
 
 import aiohttp
 import msgspec
+from aiohttp.client_reqrep import ClientRequest
+from aiohttp.connector import Connection
+from aiohttp.tracing import Trace
 
 from plateau_bench import __version__
 from plateau_bench.driver.sse import StreamAccumulator
@@ -56,6 +70,30 @@ _ERROR_BODY_MAX = 4096
 # Idle pooled connections are dropped before common server keep-alive timeouts (uvicorn: 5 s),
 # so a request never lands on a connection the server is closing.
 _KEEPALIVE_S = 4.0
+
+
+class _ConnectClock:
+    """The request in flight in this task: when its connection became ready."""
+
+    __slots__ = ("clock", "ready_ns")
+
+    def __init__(self, clock: Callable[[], int]) -> None:
+        self.clock = clock
+        self.ready_ns: int | None = None
+
+
+_CONNECTING: ContextVar[_ConnectClock | None] = ContextVar("plateau_connecting", default=None)
+
+
+class _TimedConnector(aiohttp.TCPConnector):
+    """A TCP connector that notes when each request got its connection (see ``connect_ns``)."""
+
+    async def connect(self, req: ClientRequest, traces: list[Trace], timeout: aiohttp.ClientTimeout) -> Connection:
+        conn = await super().connect(req, traces, timeout)
+        slot = _CONNECTING.get()
+        if slot is not None:
+            slot.ready_ns = slot.clock()
+        return conn
 
 
 class StreamingClient:
@@ -89,9 +127,9 @@ class StreamingClient:
 
     def _new_session(self, *, reuse: bool) -> aiohttp.ClientSession:
         connector = (
-            aiohttp.TCPConnector(limit=self.concurrency, limit_per_host=0, keepalive_timeout=_KEEPALIVE_S)
+            _TimedConnector(limit=self.concurrency, limit_per_host=0, keepalive_timeout=_KEEPALIVE_S)
             if reuse
-            else aiohttp.TCPConnector(limit=self.concurrency, limit_per_host=0, force_close=True)
+            else _TimedConnector(limit=self.concurrency, limit_per_host=0, force_close=True)
         )
         headers = {"User-Agent": f"plateau-bench/{__version__}"} | request_headers(self.target)
         return aiohttp.ClientSession(
@@ -156,6 +194,9 @@ class StreamingClient:
         error: ErrorClass | None = None
         detail: str | None = None
         content_type = ""
+        cut: str | None = None  # how the body of a 200 answer was cut off, if it was
+        connecting = _ConnectClock(clock)
+        token = _CONNECTING.set(connecting)
         sent_ns = clock() - t0
         if self._fresh_session is not None:
             session = self._fresh_session
@@ -165,6 +206,7 @@ class StreamingClient:
                     async with session.post(self._url, data=body) as resp:
                         status = resp.status
                         if status != 200:
+                            error, detail = _http_error(status, b"")  # kept if the body is cut off
                             error, detail = _http_error(status, await resp.content.read(_ERROR_BODY_MAX))
                         else:
                             content_type = resp.headers.get("Content-Type", "")
@@ -189,22 +231,41 @@ class StreamingClient:
             error = ErrorClass.TIMEOUT
             phase = "before the response" if status is None else "while streaming"
             detail = f"no complete answer within {self.target.timeout_s:g} s (timed out {phase})"
+        except aiohttp.ClientPayloadError as exc:  # the body was cut off
+            if status == 200:
+                cut = "connection reset" if "reset" in str(exc).lower() else "connection closed"
+            elif error is None:
+                error, detail = ErrorClass.PROTOCOL, f"{type(exc).__name__}: {exc}"
         except aiohttp.ClientConnectionError as exc:
             # Before a status line the server never answered (refused, reset, closed): connect.
-            error = ErrorClass.CONNECT if status is None else ErrorClass.PROTOCOL
-            detail = describe_failure(exc)
+            if status is None:
+                error, detail = ErrorClass.CONNECT, describe_failure(exc)
+            elif status == 200:
+                cut = describe_failure(exc)
+            elif error is None:
+                error, detail = ErrorClass.PROTOCOL, describe_failure(exc)
         except aiohttp.ClientError as exc:
             error = ErrorClass.PROTOCOL
             detail = f"{type(exc).__name__}: {exc}"
         except OSError as exc:  # a socket error aiohttp did not wrap
-            error = ErrorClass.CONNECT if status is None else ErrorClass.PROTOCOL
-            detail = f"{type(exc).__name__}: {exc.strerror or exc}"
+            if status is None:
+                error = ErrorClass.CONNECT
+                detail = f"{type(exc).__name__}: {exc.strerror or exc}"
+            elif status == 200:
+                cut = f"{type(exc).__name__}: {exc.strerror or exc}"
+            elif error is None:
+                error, detail = ErrorClass.PROTOCOL, f"{type(exc).__name__}: {exc.strerror or exc}"
+        finally:
+            _CONNECTING.reset(token)
         end_ns = acc.last_byte_ns if acc.last_byte_ns is not None else clock() - t0
+        ready_ns = connecting.ready_ns
 
+        if cut is None and error is None and status == 200:
+            acc.close()  # a clean end: flush a last event without its blank line
+        counts = acc.counts(self.count_tokens)
+        output_tokens = counts.output_tokens
         if error is None and status == 200:
-            acc.close()
-            error, detail = _stream_outcome(acc, content_type)
-        output_tokens, chunk_tokens, token_source = acc.token_counts(self.count_tokens)
+            error, detail = _stream_outcome(acc, content_type, output_tokens, max_tokens, cut)
         if detail is not None:
             detail = _shorten(redact(detail, self._secrets))
         return RequestRecord(
@@ -216,14 +277,16 @@ class StreamingClient:
             first_token_ns=acc.first_token_ns,
             first_reasoning_ns=acc.first_reasoning_ns,
             chunk_ns=acc.chunk_ns,
-            chunk_tokens=chunk_tokens,
+            chunk_tokens=counts.chunk_tokens,
             prompt_tokens=acc.usage_prompt if acc.usage_prompt is not None else prompt_tokens,
             output_tokens=output_tokens,
-            token_source=token_source,
+            token_source=counts.source,
             error=error.value if error is not None else None,
             error_detail=detail,
             http_status=status,
             warmup=warmup,
+            usage_tokens=counts.usage_tokens,
+            connect_ns=ready_ns - t0 - sent_ns if ready_ns is not None else None,
         )
 
 
@@ -301,16 +364,24 @@ async def _read_stream(
         del _READ_SINKS[key]
 
 
-def _stream_outcome(acc: StreamAccumulator, content_type: str) -> tuple[ErrorClass | None, str | None]:
+def _stream_outcome(
+    acc: StreamAccumulator, content_type: str, output_tokens: int, max_tokens: int, cut: str | None
+) -> tuple[ErrorClass | None, str | None]:
+    """The class of a 200 answer whose body ended (``cut``: how, when the connection broke)."""
     if acc.error is not None:
         return ErrorClass.SERVER_ERROR_EVENT, acc.error
     if acc.protocol_error is not None:
         return ErrorClass.PROTOCOL, acc.protocol_error
-    if not acc.done and acc.usage_completion is None and not acc.chunk_ns:
-        what = "no event" if acc.events == 0 else f"{acc.events} events but no token"
+    if acc.complete or output_tokens >= max_tokens:
+        return None, None
+    if cut is None and acc.events == 0:
         shown_type = content_type or "no content type"
-        return ErrorClass.PROTOCOL, f"stream ended without [DONE], usage or tokens ({what}; {shown_type})"
-    return None, None
+        return ErrorClass.PROTOCOL, f"stream ended without [DONE], usage or tokens (no event; {shown_type})"
+    how = cut or "the body ended"
+    return ErrorClass.TRUNCATED, (
+        f"stream ended after {output_tokens} of {max_tokens} tokens without [DONE] or "
+        f"finish_reason ({how})"
+    )
 
 
 def _http_error(status: int, body: bytes) -> tuple[ErrorClass, str]:

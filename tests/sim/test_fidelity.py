@@ -1,111 +1,176 @@
 """The twin against the reference runs (reference/seed-runs.md), through the tool's own metrics.
 
 Each level is the reference benchmark: a burst of ``num_requests = C`` requests at t=0, metrics
-from ``analysis.metrics.compute_level(mode="burst")``.
+from ``analysis.metrics.compute_level(mode="burst")`` (see tests/support/seed_runs.py, which also
+says which figures the presets were fitted to).
+
+Three kinds of test, named so:
+
+* ``test_pin_*``: the rows the presets were fitted to. They hold the fit where it was put (a
+  regression check of the presets); passing them says nothing about fidelity.
+* ``test_holdout_*``: figures no coefficient was fitted to (other concurrencies of the same run, the
+  crossover, unfitted columns). These are the fidelity the README states, with the same bands.
+* ``test_both_sides_*``: achieved concurrency from the client (Little's law over request records)
+  against the engine's own running / waiting counts over its step trace, and against the reference's
+  own Little's-law figure.
 
 Run A: 512 output tokens per request; the input length is not given, 128 tokens is assumed.
 The reference's p50 is a nearest-rank median (the 257th of 512 latencies, the first of the second
-wave); ``compute_level`` interpolates, which puts the C=512 median between the two waves. The
-test checks the wave structure with the reference's definition and says which one it uses.
+wave); ``compute_level`` interpolates, which puts the C=512 median between the two waves, so the
+hold-out compares the nearest-rank median.
 
-Run B: SGLang's ``bench_serving`` random dataset with its default ``--random-range-ratio 0``
-draws input lengths uniformly in [1, 128] and output lengths in [0, 128] (numpy's legacy
-``randint``); an output of 0 is raised to 1 here (the twin refuses max_tokens 0).
+Run B: SGLang's ``bench_serving`` random lengths (``seed_runs.sglang_random_lengths``).
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
-from plateau_bench.analysis.metrics import compute_level
-from plateau_bench.records import LevelResult, RequestRecord
-from plateau_bench.sim.level import simulate_level
-from plateau_bench.sim.presets import get_preset
-from plateau_bench.spec import LevelSpec, WorkloadSpec
+from support.seed_runs import (
+    BOTH_SIDES,
+    HOLDOUT_RUN_A,
+    HOLDOUT_RUN_B,
+    PIN,
+    PIN_RUN_B,
+    RUN_A,
+    RUN_A_C1,
+    RUN_A_C256,
+    RUN_A_CAP,
+    RUN_A_CROSSOVER,
+    RUN_A_HOLDOUT_C,
+    RUN_B,
+    RUN_B_1024_MEAN_TPOT_MS,
+    RUN_B_2048,
+    RUN_B_C1,
+    RUN_B_CAP,
+    RUN_B_LOOSE_MAX_FASTER,
+    burst,
+    rel,
+    run_b,
+)
 
-RUN_A = {  # C: (wall s, tok/s, lat avg s, lat p50 s)
-    256: (33.1, 3962.8, 32.88, 32.88),
-    512: (65.7, 3988.1, 49.13, 65.23),
-    768: (98.5, 3991.2, 65.47, 65.50),
-    1024: (131.2, 3997.0, 81.66, None),
-}
-
-
-def _burst(preset: str, c: int, workload: WorkloadSpec,
-           lengths: list[tuple[int, int]] | None = None) -> tuple[LevelResult, list[RequestRecord]]:
-    result = simulate_level(get_preset(preset), LevelSpec(mode="burst", concurrency=c), workload,
-                            lengths=lengths)
-    return compute_level(result.records, label=f"C={c}", mode="burst", concurrency=c), result.records
-
-
-def _rel(value: float, reference: float) -> float:
-    return abs(value / reference - 1.0)
-
-
-def _nearest_rank_median_s(records: list[RequestRecord]) -> float:
-    e2e = sorted(r.end_ns - r.sent_ns for r in records)
-    return e2e[len(e2e) // 2] / 1e9
-
-
-@pytest.mark.parametrize("c", sorted(RUN_A))
-def test_run_a_rows(c: int) -> None:
-    wall, tok_s, lat_avg, lat_p50 = RUN_A[c]
-    level, records = _burst("seed-a-tp8ep", c, WorkloadSpec(input_len=128, output_len=512))
-    assert _rel(level.wall_s, wall) <= 0.05
-    assert _rel(level.output_throughput, tok_s) <= 0.05
-    assert level.e2e_ms.mean is not None and _rel(level.e2e_ms.mean / 1000, lat_avg) <= 0.10
-    if lat_p50 is None:
-        return
-    if c == 512:
-        # Two waves of 256: the reference's nearest-rank median is the second wave's first latency.
-        assert _rel(_nearest_rank_median_s(records), lat_p50) <= 0.10
-        assert _rel(_nearest_rank_median_s(records), 2 * RUN_A[256][3]) <= 0.05
-    else:
-        assert level.e2e_ms.p50 is not None and _rel(level.e2e_ms.p50 / 1000, lat_p50) <= 0.10
-
-
-def _throughput(preset: str, c: int) -> float:
-    return _burst(preset, c, WorkloadSpec(input_len=128, output_len=512))[0].output_throughput
+# --- pins: the fitted rows -------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(("preset", "c", "reference"), [
-    ("seed-a-tp8ep", 1, 71.0), ("seed-a-tp8ep", 256, 3982.0),
-    ("seed-a-tp4", 1, 84.0), ("seed-a-tp4", 256, 2586.0),
+    ("seed-a-tp8ep", 1, RUN_A_C1["seed-a-tp8ep"]), ("seed-a-tp8ep", 256, RUN_A_C256["seed-a-tp8ep"]),
+    ("seed-a-tp8ep", 256, RUN_A[256].tok_s),
+    ("seed-a-tp4", 1, RUN_A_C1["seed-a-tp4"]), ("seed-a-tp4", 256, RUN_A_C256["seed-a-tp4"]),
 ])
-def test_run_a_configurations(preset: str, c: int, reference: float) -> None:
-    assert _rel(_throughput(preset, c), reference) <= 0.10
+def test_pin_run_a_throughput(preset: str, c: int, reference: float) -> None:
+    assert abs(rel(burst(preset, c).level.output_throughput, reference)) <= PIN
 
 
-def test_run_a_crossover_between_12_and_16() -> None:
-    assert _throughput("seed-a-tp4", 12) > _throughput("seed-a-tp8ep", 12)
-    assert _throughput("seed-a-tp4", 16) < _throughput("seed-a-tp8ep", 16)
+def test_pin_run_a_c256_row() -> None:
+    ref, twin = RUN_A[256], burst("seed-a-tp8ep", 256)
+    level = twin.level
+    assert abs(rel(level.wall_s, ref.wall_s)) <= PIN
+    assert level.e2e_ms.mean is not None and abs(rel(level.e2e_ms.mean / 1000, ref.lat_avg_s)) <= PIN
+    assert ref.lat_p50_s is not None and abs(rel(twin.nearest_rank_median_s, ref.lat_p50_s)) <= PIN
+    assert ref.lat_p99_s is not None and level.e2e_ms.p99 is not None
+    assert abs(rel(level.e2e_ms.p99 / 1000, ref.lat_p99_s)) <= PIN
 
 
-def _sglang_random_lengths(n: int, seed: int = 1) -> list[tuple[int, int]]:
-    rng = np.random.RandomState(seed)
-    inputs = rng.randint(1, 129, size=n)
-    outputs = rng.randint(0, 129, size=n)
-    return [(int(i), max(1, int(o))) for i, o in zip(inputs, outputs, strict=True)]
+@pytest.mark.parametrize(("c", "reference", "band"), [
+    (1, RUN_B_C1, PIN), (1024, RUN_B[1024], PIN_RUN_B), (2048, RUN_B[2048], PIN_RUN_B),
+])
+def test_pin_run_b_throughput(c: int, reference: float, band: float) -> None:
+    assert abs(rel(run_b(c).level.output_throughput, reference)) <= band
 
 
-def _run_b(c: int) -> LevelResult:
-    return _burst("seed-b-fp4", c, WorkloadSpec(), lengths=_sglang_random_lengths(c))[0]
+# --- hold-out: figures no coefficient was fitted to -------------------------------------------------
 
 
-def test_run_b_plateau_rows() -> None:
-    at_1024 = _run_b(1024)
-    at_2048 = _run_b(2048)
-    assert _rel(at_1024.output_throughput, 1601.28) <= 0.15
-    assert _rel(at_2048.output_throughput, 1639.69) <= 0.15
-    assert _rel(at_2048.peak_output_throughput, 3593.0) <= 0.15
-    assert at_2048.tpot_ms.mean is not None and _rel(at_2048.tpot_ms.mean, 527.24) <= 0.20
-    # Achieved concurrency: the cap of 1,024 binds, so it stays far below the 2,048 requests sent.
-    assert at_2048.achieved_concurrency < 1.2 * 1254.38
+@pytest.mark.parametrize("c", RUN_A_HOLDOUT_C)
+def test_holdout_run_a_rows(c: int) -> None:
+    ref, twin = RUN_A[c], burst("seed-a-tp8ep", c)
+    level = twin.level
+    assert abs(rel(level.wall_s, ref.wall_s)) <= HOLDOUT_RUN_A
+    assert abs(rel(level.output_throughput, ref.tok_s)) <= HOLDOUT_RUN_A
+    assert level.e2e_ms.mean is not None and abs(rel(level.e2e_ms.mean / 1000, ref.lat_avg_s)) <= HOLDOUT_RUN_A
+    if ref.lat_p50_s is not None:
+        assert abs(rel(twin.nearest_rank_median_s, ref.lat_p50_s)) <= HOLDOUT_RUN_A
+    if ref.lat_p99_s is not None:
+        assert level.e2e_ms.p99 is not None and abs(rel(level.e2e_ms.p99 / 1000, ref.lat_p99_s)) <= HOLDOUT_RUN_A
 
 
-def test_run_b_loose_rows() -> None:
-    assert _rel(_run_b(512).output_throughput, 1105.82) <= 0.25
-    # C=256 runs ~29 % faster alone than the reference, which likely shared the server with the
-    # other levels (the reference's caveat: a single-level model is 25-55 % faster there).
-    assert 704.64 < _run_b(256).output_throughput < 1.55 * 704.64
+@pytest.mark.parametrize("c", RUN_A_HOLDOUT_C)
+def test_holdout_run_a_waves_of_the_cap(c: int) -> None:
+    # Wall time in whole waves of the C=256 burst, and at C=512 the nearest-rank median is the first
+    # latency of the second wave (the reference's reading of its own table).
+    waves = c // RUN_A_CAP
+    one_wave = burst("seed-a-tp8ep", RUN_A_CAP).level.wall_s
+    twin = burst("seed-a-tp8ep", c)
+    assert abs(rel(twin.level.wall_s, waves * one_wave)) <= HOLDOUT_RUN_A
+    if c == 512:
+        assert abs(rel(twin.nearest_rank_median_s, 2 * one_wave)) <= HOLDOUT_RUN_A
+
+
+def test_holdout_run_a_crossover() -> None:
+    low, high = RUN_A_CROSSOVER
+    assert burst("seed-a-tp4", low).level.output_throughput > burst("seed-a-tp8ep", low).level.output_throughput
+    assert burst("seed-a-tp4", high).level.output_throughput < burst("seed-a-tp8ep", high).level.output_throughput
+
+
+def test_holdout_run_b_2048_unfitted_columns() -> None:
+    level = run_b(2048).level
+    figures = {
+        "peak_output_throughput": level.peak_output_throughput,
+        "total_throughput": level.total_throughput,
+        "achieved_concurrency": level.achieved_concurrency,
+        "mean_tpot_ms": level.tpot_ms.mean or 0.0,
+    }
+    off = {name: rel(figures[name], RUN_B_2048[name]) for name in figures}
+    assert all(abs(off[name]) <= HOLDOUT_RUN_B[name] for name in off), off
+
+
+@pytest.mark.parametrize("c", [256, 512])
+def test_holdout_run_b_loose_rows(c: int) -> None:
+    # The reference's caveat: these levels may have shared the server; a single-level model runs them
+    # 25-55 % faster than reported. The twin alone must be faster, by no more than that.
+    assert 0.0 < rel(run_b(c).level.output_throughput, RUN_B[c]) <= RUN_B_LOOSE_MAX_FASTER
+
+
+@pytest.mark.xfail(strict=True, reason="known miss: the twin's mean TPOT at 1,024 is 481 ms against the "
+                   "reference's ~300 ms (+60 %); a and b fitted to throughput do not reproduce it")
+def test_holdout_run_b_mean_tpot_at_1024() -> None:
+    tpot = run_b(1024).level.tpot_ms.mean
+    assert tpot is not None and abs(rel(tpot, RUN_B_1024_MEAN_TPOT_MS)) <= HOLDOUT_RUN_B["mean_tpot_ms"]
+
+
+# --- achieved concurrency from both sides --------------------------------------------------------
+
+
+@pytest.mark.parametrize("c", sorted(RUN_A))
+def test_both_sides_run_a(c: int) -> None:
+    ref, twin = RUN_A[c], burst("seed-a-tp8ep", c)
+    level, engine = twin.level, twin.engine
+    # Client (Little's law over the records) and engine (running + waiting over its trace) agree:
+    # nothing stands between them in the twin.
+    assert abs(rel(level.achieved_concurrency, engine.in_system_avg)) <= BOTH_SIDES
+    # Decode-first scheduling: every running sequence past its prefill is in the decode batch.
+    assert abs(rel(level.decoding_concurrency, engine.decoding_avg)) <= BOTH_SIDES
+    assert level.decoding_concurrency <= engine.running_avg
+    # The cap, from both sides: the most requests decoding at once is the engine's most running.
+    assert level.peak_decoding == engine.running_max == RUN_A_CAP
+    # Beyond the cap the rest queue in the engine (at 256 only behind the prefill token budget, briefly).
+    assert engine.waiting_max >= c - RUN_A_CAP
+    # Against the reference's own Little's-law figure: sum of latencies / wall = lat avg * C / wall.
+    assert abs(rel(level.achieved_concurrency, ref.lat_avg_s * c / ref.wall_s)) <= HOLDOUT_RUN_A
+
+
+@pytest.mark.parametrize("c", [1024, 2048])
+def test_both_sides_run_b(c: int) -> None:
+    twin = run_b(c)
+    level, engine = twin.level, twin.engine
+    assert abs(rel(level.achieved_concurrency, engine.in_system_avg)) <= BOTH_SIDES
+    # Prefill-first scheduling: requests past their first token sit out prefill steps, so the engine's
+    # decode batch averages below the client's decoding concurrency; both stay below what is running.
+    assert engine.decoding_avg <= level.decoding_concurrency <= engine.running_avg
+    assert level.peak_decoding <= engine.running_max <= RUN_B_CAP
+    if c > RUN_B_CAP:
+        # The cap binds: the engine runs exactly its cap and queues the rest; the client's achieved
+        # concurrency sits far below the 2,048 sent, near the reference's 1,254.
+        assert engine.running_max == RUN_B_CAP and engine.waiting_max > 0
+        assert abs(rel(level.achieved_concurrency, RUN_B_2048["achieved_concurrency"])) <= (
+            HOLDOUT_RUN_B["achieved_concurrency"])

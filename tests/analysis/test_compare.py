@@ -2,11 +2,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 import pytest
 
 from plateau_bench.analysis.compare import (
+    Comparison,
     Curve,
     RunData,
     compare_runs,
@@ -17,7 +19,8 @@ from plateau_bench.analysis.compare import (
 )
 from plateau_bench.analysis.slo import parse_slo
 from plateau_bench.errors import ConfigError, ResultsError
-from plateau_bench.records import Latency, LevelResult, RequestRecord
+from plateau_bench.records import RequestRecord
+from plateau_bench.result import Latency, LevelResult, RunSpec
 
 GRID = (1, 2, 4, 8, 12, 16, 24, 32, 64, 128, 256)
 MS = 1_000_000
@@ -42,6 +45,11 @@ def saturating(top: float, half: float, grid: Sequence[int] = GRID) -> list[floa
 
 def curve(r: RunData) -> Curve:
     return curve_of(r)
+
+
+def spec(**tree: Any) -> RunSpec:
+    """A saved spec from its JSON form (``target`` needs a ``url``)."""
+    return msgspec.convert(tree, RunSpec)
 
 
 def test_interpolation_is_linear_in_log2_and_never_extrapolates() -> None:
@@ -115,6 +123,19 @@ def test_alignment_interpolates_where_grids_differ() -> None:
     assert rows[2].values[0] == pytest.approx(250.0) and rows[2].measured == (False, True)
     assert rows[1].values[1] is None and rows[8].values[0] is None   # never extrapolated
     assert comp.pairs[0].common_range == (2, 4)
+    # Rows are keyed by run name, in the order the runs were given.
+    assert list(rows[2].runs) == ["a", "b"]
+    assert rows[2].runs["b"].output_throughput == 150.0 and rows[2].runs["b"].measured
+    assert rows[8].runs["a"].output_throughput is None and not rows[8].runs["a"].measured
+
+
+def test_run_summary_keeps_the_curve_and_its_best_level() -> None:
+    comp = compare_runs([run("a", [100.0, 400.0, 300.0], grid=(1, 4, 8)), run("b", [150.0, 300.0], grid=(2, 8))])
+    a = comp.runs[0]
+    assert [(p.concurrency, p.output_throughput) for p in a.levels] == [(1, 100.0), (4, 400.0), (8, 300.0)]
+    assert a.concurrencies == (1, 4, 8) and a.throughputs == (100.0, 400.0, 300.0)
+    assert (a.best.concurrency, a.best.output_throughput) == (4, 400.0)
+    assert (a.best_concurrency, a.best_throughput) == (4, 400.0)
 
 
 def test_a_single_level_run_is_compared_without_crossover() -> None:
@@ -135,7 +156,9 @@ def test_disjoint_ranges_have_no_common_range() -> None:
 def test_crossovers_for_every_pair() -> None:
     runs = [run("a", saturating(2000, 10)), run("b", saturating(3000, 30)), run("c", saturating(4000, 60))]
     comp = compare_runs(runs)
-    assert [(p.first, p.second) for p in comp.pairs] == [("a", "b"), ("a", "c"), ("b", "c")]
+    assert [p.runs for p in comp.pairs] == [("a", "b"), ("a", "c"), ("b", "c")]
+    assert [(p.first, p.second) for p in comp.pairs] == [p.runs for p in comp.pairs]
+    assert all(x.runs == p.runs for p in comp.pairs for x in p.crossovers)
 
 
 def _slo_runs() -> list[RunData]:
@@ -181,7 +204,7 @@ def test_cost_per_million_tokens_and_per_gpu() -> None:
     assert one.cost_per_mtok == pytest.approx(1.0)
     assert two.cost_per_mtok == pytest.approx(2.0)
     assert two.tok_s_per_gpu == pytest.approx(500.0)
-    assert one.slo_cost_per_mtok == (pytest.approx(1.0),)
+    assert one.slo_cost_per_mtok == pytest.approx((1.0,))
 
 
 def test_users_at_a_latency_target() -> None:
@@ -190,17 +213,18 @@ def test_users_at_a_latency_target() -> None:
     target_ms = 100 + 100 * (10 + 20)          # met at C=16 (2,700 ms), missed at C=24 (3,500 ms)
     users = users_at_target(cv, 101, target_ms)
     assert 16 <= users.users < 24 and not users.at_least
-    estimates = dict(users.estimates_ms)
+    estimates = {e.concurrency: e.e2e_ms for e in users.estimated_e2e_ms}
     assert estimates[16] <= target_ms < estimates[24]  # type: ignore[operator]
+    assert dict(users.estimates_ms) == estimates
     assert users_at_target(cv, 101, 1e9).at_least
     assert users_at_target(cv, 101, 1.0).users == 0
 
 
 def test_workload_differences_are_warned() -> None:
-    a = run("a", [1.0, 2.0], grid=(1, 2), spec={"workload": {"input_len": 128, "output_len": 512},
-                                              "target": {"endpoint": "completions"}})
-    b = run("b", [1.0, 2.0], grid=(1, 2), spec={"workload": {"input_len": 128, "output_len": 256},
-                                              "target": {"endpoint": "chat"}})
+    a = run("a", [1.0, 2.0], grid=(1, 2), spec=spec(workload={"input_len": 128, "output_len": 512},
+                                                   target={"url": "http://a", "endpoint": "completions"}))
+    b = run("b", [1.0, 2.0], grid=(1, 2), spec=spec(workload={"input_len": 128, "output_len": 256},
+                                                   target={"url": "http://b", "endpoint": "chat"}))
     warnings = compare_runs([a, b]).warnings
     assert len(warnings) == 2
     assert "output_len (a=512, b=256)" in warnings[0]
@@ -231,18 +255,32 @@ def test_missing_slo_metric_is_a_results_error() -> None:
         compare_runs(runs, [parse_slo("itl_p99=50ms")])
 
 
-def test_to_dict_is_plain_json() -> None:
+def test_the_comparison_encodes_as_plain_json_and_back() -> None:
     comp = compare_runs(_slo_runs(), [parse_slo("ttft_p99=2s")], gpu_cost=2.5, gpus=[4, 8],
                         response_tokens=512, target_latency_s=30.0)
-    data = msgspec.json.decode(msgspec.json.encode(comp.to_dict()))
+    encoded = msgspec.json.encode(comp)
+    assert msgspec.json.decode(encoded, type=Comparison) == comp
+    data = msgspec.json.decode(encoded)
     assert [r["name"] for r in data["runs"]] == ["fast", "big"]
     assert data["slo"][0]["winner"] == "fast"
     assert data["users"]["stat"] == "p90" and len(data["users"]["runs"]) == 2
     assert all(math.isfinite(row["concurrency"]) for row in data["aligned"])
 
 
+def test_workload_differences_read_every_typed_setting() -> None:
+    a = run("a", [1.0, 2.0], grid=(1, 2), spec=spec(workload={"input_len": 128, "range_ratio": 0.1}))
+    b = run("b", [1.0, 2.0], grid=(1, 2), spec=spec(workload={"input_len": 64, "dataset": "chats.jsonl"}))
+    warnings = compare_runs([a, b]).warnings
+    assert [w.split(" (")[0] for w in warnings] == [f"the workloads differ in {k}"
+                                                   for k in ("input_len", "range_ratio", "dataset")]
+    assert "dataset (a=unknown, b=chats.jsonl)" in warnings[2]
+    # Without a saved spec every setting is its default: no difference.
+    assert compare_runs([run("x", [1.0], grid=(1,)), run("y", [2.0], grid=(1,))]).warnings == ()
+
+
 def test_an_unknown_endpoint_is_no_difference() -> None:
     workload = {"input_len": 128, "output_len": 512}
-    real = run("real", [1.0, 2.0], grid=(1, 2), spec={"workload": workload, "target": {"endpoint": "chat"}})
-    twin = run("twin", [1.0, 2.0], grid=(1, 2), spec={"workload": workload})
+    real = run("real", [1.0, 2.0], grid=(1, 2), spec=spec(workload=workload,
+                                                         target={"url": "http://x", "endpoint": "chat"}))
+    twin = run("twin", [1.0, 2.0], grid=(1, 2), spec=spec(workload=workload))
     assert compare_runs([real, twin]).warnings == ()

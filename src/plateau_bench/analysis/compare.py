@@ -28,6 +28,9 @@ estimated as ``TTFT + (N - 1) * TPOT`` with both at the same statistic (p90 by d
 of p90s bounds the p90 of the sum from above, so the estimate errs on the safe side). The
 largest concurrency whose estimate meets the target, interpolated in ``log2(C)`` between the
 last level that meets it and the next, is the number of users the run serves.
+
+**The result** is a tree of msgspec Structs whose field names are the keys ``plateau compare
+--json`` prints: the JSON is ``msgspec.json.encode(comparison)``, nothing is converted by hand.
 """
 
 from __future__ import annotations
@@ -36,15 +39,17 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations, pairwise
-from typing import Any
+from typing import Literal
 
-from plateau_bench.analysis.plateau import Knee, Plateau, SearchConfig
+import msgspec
+
+from plateau_bench.analysis.plateau import SearchConfig, plateau_and_knee
 from plateau_bench.analysis.slo import STATS, Slo, goodput, level_meets
 from plateau_bench.errors import ConfigError, ResultsError
-from plateau_bench.records import LevelResult, RequestRecord
-from plateau_bench.sweep import plateau_and_knee
+from plateau_bench.records import RequestRecord
+from plateau_bench.result import Knee, LevelResult, Plateau, RunSpec
+from plateau_bench.units import NS
 
-NS = 1_000_000_000
 WORKLOAD_KEYS = ("input_len", "output_len", "range_ratio", "dataset")
 
 
@@ -54,7 +59,7 @@ class RunData:
 
     name: str
     levels: tuple[LevelResult, ...]
-    spec: Mapping[str, Any] = field(default_factory=dict)
+    spec: RunSpec = field(default_factory=RunSpec)
     requests: Mapping[str, Sequence[RequestRecord]] | None = None
     search: SearchConfig = field(default_factory=SearchConfig)
 
@@ -103,10 +108,8 @@ def curve_of(run: RunData) -> Curve:
 
 # -- crossovers ------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Crossover:
-    first: str                    # the pair, in the order the runs were given
-    second: str
+class Crossover(msgspec.Struct, frozen=True, kw_only=True):
+    runs: tuple[str, str]         # the pair, in the order the runs were given
     leader_below: str             # ahead at lower concurrency
     leader_above: str             # ahead at higher concurrency (the one that overtakes)
     concurrency: float
@@ -114,27 +117,21 @@ class Crossover:
     throughput: float             # both runs' (interpolated) output tok/s there
     per_user_tok_s: float         # throughput / concurrency
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"runs": [self.first, self.second], "leader_below": self.leader_below,
-                "leader_above": self.leader_above, "concurrency": self.concurrency,
-                "bracket": list(self.bracket), "throughput": self.throughput,
-                "per_user_tok_s": self.per_user_tok_s}
 
-
-@dataclass(frozen=True)
-class PairResult:
-    first: str
-    second: str
+class PairResult(msgspec.Struct, frozen=True, kw_only=True):
+    runs: tuple[str, str]
     common_range: tuple[int, int] | None
     crossovers: tuple[Crossover, ...]
     leader_low: str | None        # ahead at the bottom of the common range (None: tied)
     leader_high: str | None       # ahead at the top of it
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"runs": [self.first, self.second],
-                "common_range": list(self.common_range) if self.common_range else None,
-                "crossovers": [c.to_dict() for c in self.crossovers],
-                "leader_low": self.leader_low, "leader_high": self.leader_high}
+    @property
+    def first(self) -> str:
+        return self.runs[0]
+
+    @property
+    def second(self) -> str:
+        return self.runs[1]
 
 
 def _sign(d: float) -> int:
@@ -153,10 +150,11 @@ def _noise(a: Curve, b: Curve, c: float) -> float:
 
 def find_crossovers(a: Curve, b: Curve) -> PairResult:
     """Every concurrency where one curve overtakes the other inside their common range."""
+    pair = (a.name, b.name)
     lo = max(a.concurrencies[0], b.concurrencies[0])
     hi = min(a.concurrencies[-1], b.concurrencies[-1])
     if lo > hi:
-        return PairResult(a.name, b.name, None, (), None, None)
+        return PairResult(runs=pair, common_range=None, crossovers=(), leader_low=None, leader_high=None)
     grid = sorted({c for c in a.concurrencies + b.concurrencies if lo <= c <= hi})
     diff = [(a.at(c) or 0.0) - (b.at(c) or 0.0) for c in grid]
     significant = [abs(d) > _noise(a, b, c) for c, d in zip(grid, diff, strict=True)]
@@ -191,59 +189,47 @@ def find_crossovers(a: Curve, b: Curve) -> PairResult:
             t = diff[k] / (diff[k] - diff[k + 1])
             c, bracket = 2 ** (x0 + t * (x1 - x0)), (grid[k], grid[k + 1])
         thr = a.at(c) or 0.0
-        crossings.append(Crossover(a.name, b.name, names[s0], names[-s0], c, bracket, thr, thr / c))
-    leader_low = names[merged[0][0]] if merged else None
-    leader_high = names[merged[-1][0]] if merged else None
-    return PairResult(a.name, b.name, (lo, hi), tuple(crossings), leader_low, leader_high)
+        crossings.append(Crossover(runs=pair, leader_below=names[s0], leader_above=names[-s0], concurrency=c,
+                                   bracket=bracket, throughput=thr, per_user_tok_s=thr / c))
+    return PairResult(runs=pair, common_range=(lo, hi), crossovers=tuple(crossings),
+                      leader_low=names[merged[0][0]] if merged else None,
+                      leader_high=names[merged[-1][0]] if merged else None)
 
 
 # -- SLO capacity ----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class SloLevel:
+GoodputSource = Literal["requests", "level"]
+
+
+class SloLevel(msgspec.Struct, frozen=True, kw_only=True):
     concurrency: int
     meets: bool
     goodput_rps: float
-    goodput_source: str           # "requests" | "level"
+    goodput_source: GoodputSource  # from the saved requests, or the level-wide check
     output_throughput: float
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"concurrency": self.concurrency, "meets": self.meets, "goodput_rps": self.goodput_rps,
-                "goodput_source": self.goodput_source, "output_throughput": self.output_throughput}
 
-
-@dataclass(frozen=True)
-class SloCapacity:
+class SloCapacity(msgspec.Struct, frozen=True, kw_only=True):
     run: str
-    levels: tuple[SloLevel, ...]
     max_concurrency: int | None   # largest level meeting every bound
     max_throughput: float | None  # output tok/s at that level
     best_concurrency: int | None  # the meeting level with the most output tok/s
     best_throughput: float | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "max_concurrency": self.max_concurrency, "max_throughput": self.max_throughput,
-                "best_concurrency": self.best_concurrency, "best_throughput": self.best_throughput,
-                "levels": [lv.to_dict() for lv in self.levels]}
+    levels: tuple[SloLevel, ...]
 
 
-@dataclass(frozen=True)
-class SloResult:
-    slos: tuple[Slo, ...]
-    runs: tuple[SloCapacity, ...]
+class SloResult(msgspec.Struct, frozen=True, kw_only=True):
+    slo: tuple[str, ...]          # the profile's bounds, as ``Slo.describe`` writes them
     winner: str | None            # most output tok/s while meeting every bound
+    runs: tuple[SloCapacity, ...]
 
     @property
     def label(self) -> str:
-        return ", ".join(s.describe() for s in self.slos)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"slo": [s.describe() for s in self.slos], "winner": self.winner,
-                "runs": [r.to_dict() for r in self.runs]}
+        return ", ".join(self.slo)
 
 
 def _goodput_of(level: LevelResult, records: Sequence[RequestRecord] | None, slos: Sequence[Slo],
-                meets: bool) -> tuple[float, str]:
+                meets: bool) -> tuple[float, GoodputSource]:
     if records:
         lo, hi = level.window_start_s * NS, level.window_end_s * NS
         in_window = [r for r in records if lo <= r.end_ns <= hi]
@@ -261,28 +247,46 @@ def slo_capacity(run: RunData, curve: Curve, slos: Sequence[Slo]) -> SloCapacity
         meets = level_meets(lv, slos)
         records = run.requests.get(lv.label) if run.requests else None
         gp, source = _goodput_of(lv, records, slos, meets)
-        rows.append(SloLevel(lv.concurrency or 0, meets, gp, source, lv.output_throughput))
+        rows.append(SloLevel(concurrency=lv.concurrency or 0, meets=meets, goodput_rps=gp, goodput_source=source,
+                             output_throughput=lv.output_throughput))
     ok = [r for r in rows if r.meets]
     top = max(ok, key=lambda r: r.concurrency) if ok else None
     best = max(ok, key=lambda r: r.output_throughput) if ok else None
-    return SloCapacity(run.name, tuple(rows),
-                       top.concurrency if top else None, top.output_throughput if top else None,
-                       best.concurrency if best else None, best.output_throughput if best else None)
+    return SloCapacity(run=run.name, levels=tuple(rows),
+                       max_concurrency=top.concurrency if top else None,
+                       max_throughput=top.output_throughput if top else None,
+                       best_concurrency=best.concurrency if best else None,
+                       best_throughput=best.output_throughput if best else None)
 
 
 # -- users at a latency target ---------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class UsersAtTarget:
+class E2eEstimate(msgspec.Struct, frozen=True, kw_only=True):
+    concurrency: int
+    e2e_ms: float | None          # None where the level lacks the statistic
+
+
+class UsersAtTarget(msgspec.Struct, frozen=True, kw_only=True):
     run: str
     users: int                    # largest concurrency whose estimated E2E meets the target
     at_least: bool                # every measured level met it: the true figure may be higher
     throughput: float | None      # output tok/s at that concurrency (interpolated)
-    estimates_ms: tuple[tuple[int, float | None], ...]  # (C, estimated E2E) per level
+    estimated_e2e_ms: tuple[E2eEstimate, ...]  # one per level
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"run": self.run, "users": self.users, "at_least": self.at_least, "throughput": self.throughput,
-                "estimated_e2e_ms": [{"concurrency": c, "e2e_ms": e} for c, e in self.estimates_ms]}
+    @property
+    def estimates_ms(self) -> tuple[tuple[int, float | None], ...]:
+        """(C, estimated E2E) per level."""
+        return tuple((e.concurrency, e.e2e_ms) for e in self.estimated_e2e_ms)
+
+
+class UsersQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """How many users each run serves within ``target_latency_s`` for ``response_tokens``-token responses."""
+
+    response_tokens: int
+    target_latency_s: float
+    stat: str                     # the statistic of TTFT and TPOT in the estimate
+    winner: str | None            # the run serving the most (None: no run serves one)
+    runs: tuple[UsersAtTarget, ...]
 
 
 def estimated_e2e_ms(level: LevelResult, response_tokens: int, stat: str) -> float | None:
@@ -296,112 +300,118 @@ def estimated_e2e_ms(level: LevelResult, response_tokens: int, stat: str) -> flo
 def users_at_target(curve: Curve, response_tokens: int, target_ms: float, stat: str = "p90") -> UsersAtTarget:
     cs = curve.concurrencies
     est = [estimated_e2e_ms(lv, response_tokens, stat) for lv in curve.levels]
-    pairs = tuple(zip(cs, est, strict=True))
+    estimates = tuple(E2eEstimate(concurrency=c, e2e_ms=e) for c, e in zip(cs, est, strict=True))
+
+    def result(users: int, at_least: bool) -> UsersAtTarget:
+        return UsersAtTarget(run=curve.name, users=users, at_least=at_least,
+                             throughput=curve.at(users) if users else None, estimated_e2e_ms=estimates)
+
     meeting = [i for i, e in enumerate(est) if e is not None and e <= target_ms]
     if not meeting:
-        return UsersAtTarget(curve.name, 0, False, None, pairs)
+        return result(0, False)
     i = meeting[-1]
     if i == len(cs) - 1:
-        return UsersAtTarget(curve.name, cs[i], True, curve.at(cs[i]), pairs)
+        return result(cs[i], True)
     lo_e, hi_e = est[i], est[i + 1]
     users = cs[i]
     if lo_e is not None and hi_e is not None and hi_e > lo_e:
         x0, x1 = math.log2(cs[i]), math.log2(cs[i + 1])
         c = 2 ** (x0 + (target_ms - lo_e) / (hi_e - lo_e) * (x1 - x0))
         users = max(cs[i], min(cs[i + 1] - 1, math.floor(c)))
-    return UsersAtTarget(curve.name, users, False, curve.at(users), pairs)
+    return result(users, False)
 
 
 # -- the whole comparison --------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class RunSummary:
+class CurvePoint(msgspec.Struct, frozen=True, kw_only=True):
+    concurrency: int
+    output_throughput: float
+
+
+class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     name: str
-    concurrencies: tuple[int, ...]
-    throughputs: tuple[float, ...]
+    levels: tuple[CurvePoint, ...]
     plateau: Plateau | None
     knee: Knee | None
-    best_concurrency: int
-    best_throughput: float
+    best: CurvePoint                            # the measured level with the most output tok/s
     gpus: int | None = None
     tok_s_per_gpu: float | None = None          # at the plateau (else the best level)
     cost_per_mtok: float | None = None          # $ per 1M output tokens there
     slo_cost_per_mtok: tuple[float | None, ...] = ()  # one per SLO profile, at its best level
 
     @property
+    def concurrencies(self) -> tuple[int, ...]:
+        return tuple(p.concurrency for p in self.levels)
+
+    @property
+    def throughputs(self) -> tuple[float, ...]:
+        return tuple(p.output_throughput for p in self.levels)
+
+    @property
+    def best_concurrency(self) -> int:
+        return self.best.concurrency
+
+    @property
+    def best_throughput(self) -> float:
+        return self.best.output_throughput
+
+    @property
     def reference_throughput(self) -> float:
-        return self.plateau.throughput if self.plateau else self.best_throughput
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name,
-                "levels": [{"concurrency": c, "output_throughput": t}
-                           for c, t in zip(self.concurrencies, self.throughputs, strict=True)],
-                "plateau": self.plateau.to_dict() if self.plateau else None,
-                "knee": self.knee.to_dict() if self.knee else None,
-                "best": {"concurrency": self.best_concurrency, "output_throughput": self.best_throughput},
-                "gpus": self.gpus, "tok_s_per_gpu": self.tok_s_per_gpu, "cost_per_mtok": self.cost_per_mtok,
-                "slo_cost_per_mtok": list(self.slo_cost_per_mtok)}
+        return self.plateau.throughput if self.plateau else self.best.output_throughput
 
 
-@dataclass(frozen=True)
-class AlignedRow:
+class AlignedValue(msgspec.Struct, frozen=True, kw_only=True):
+    output_throughput: float | None   # None outside the run's measured range
+    measured: bool                    # False: interpolated
+
+
+class AlignedRow(msgspec.Struct, frozen=True, kw_only=True):
     concurrency: int
-    values: tuple[float | None, ...]      # one per run; None outside its measured range
-    measured: tuple[bool, ...]
+    runs: dict[str, AlignedValue]     # by run name, in the order the runs were given
 
-    def to_dict(self, names: Sequence[str]) -> dict[str, Any]:
-        return {"concurrency": self.concurrency,
-                "runs": {n: {"output_throughput": v, "measured": m}
-                         for n, v, m in zip(names, self.values, self.measured, strict=True)}}
+    @property
+    def values(self) -> tuple[float | None, ...]:
+        return tuple(v.output_throughput for v in self.runs.values())
+
+    @property
+    def measured(self) -> tuple[bool, ...]:
+        return tuple(v.measured for v in self.runs.values())
 
 
-@dataclass(frozen=True)
-class Comparison:
+class Comparison(msgspec.Struct, frozen=True, kw_only=True):
     runs: tuple[RunSummary, ...]
     aligned: tuple[AlignedRow, ...]
     pairs: tuple[PairResult, ...]
     slo: tuple[SloResult, ...] = ()
-    users: tuple[UsersAtTarget, ...] = ()
-    users_query: dict[str, Any] | None = None   # response_tokens, target_ms, stat, winner
-    gpu_cost: float | None = None
+    users: UsersQuery | None = None
+    gpu_cost_per_hour: float | None = None
     warnings: tuple[str, ...] = ()
 
     @property
     def names(self) -> list[str]:
         return [r.name for r in self.runs]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"runs": [r.to_dict() for r in self.runs],
-                "aligned": [row.to_dict(self.names) for row in self.aligned],
-                "pairs": [p.to_dict() for p in self.pairs],
-                "slo": [s.to_dict() for s in self.slo],
-                "users": ({**self.users_query, "runs": [u.to_dict() for u in self.users]}
-                          if self.users_query else None),
-                "gpu_cost_per_hour": self.gpu_cost,
-                "warnings": list(self.warnings)}
-
 
 def align(curves: Sequence[Curve]) -> list[AlignedRow]:
     grid = sorted({c for cv in curves for c in cv.concurrencies})
-    return [AlignedRow(c, tuple(cv.at(c) for cv in curves), tuple(c in cv.concurrencies for cv in curves))
+    return [AlignedRow(concurrency=c, runs={cv.name: AlignedValue(output_throughput=cv.at(c),
+                                                                  measured=c in cv.concurrencies)
+                                            for cv in curves})
             for c in grid]
 
 
-def _field(spec: Mapping[str, Any], *path: str) -> Any:
-    node: Any = spec
-    for key in path:
-        if not isinstance(node, Mapping):
-            return None
-        node = node.get(key)
-    return node
+def _setting(spec: RunSpec, key: str) -> object:
+    if key == "endpoint":
+        return spec.target.endpoint if spec.target is not None else None
+    value: object = getattr(spec.workload, key)
+    return value
 
 
 def workload_differences(runs: Sequence[RunData]) -> list[str]:
     """One warning per workload setting that differs between runs (None where a run does not say)."""
-    checks = [(k, ("workload", k)) for k in WORKLOAD_KEYS] + [("endpoint", ("target", "endpoint"))]
     out: list[str] = []
-    for label, path in checks:
-        values = [_field(r.spec, *path) for r in runs]
+    for label in (*WORKLOAD_KEYS, "endpoint"):
+        values = [_setting(r.spec, label) for r in runs]
         # An endpoint is unknown for the twin run in virtual time: that is no difference.
         known = [v for v in values if v is not None] if label == "endpoint" else values
         if len({repr(v) for v in known}) > 1:
@@ -421,17 +431,8 @@ def _cost(gpu_cost: float | None, gpus: int | None, throughput: float | None) ->
     return gpu_cost * gpus / 3600.0 / throughput * 1e6
 
 
-def compare_runs(
-    runs: Sequence[RunData],
-    slos: Sequence[Sequence[Slo]] = (),
-    *,
-    gpu_cost: float | None = None,
-    gpus: Sequence[int] | None = None,
-    response_tokens: int | None = None,
-    target_latency_s: float | None = None,
-    latency_stat: str = "p90",
-) -> Comparison:
-    """Compare two or more runs. Raises ConfigError/ResultsError with one sentence on bad input."""
+def _check_options(runs: Sequence[RunData], gpu_cost: float | None, gpus: Sequence[int] | None,
+                   response_tokens: int | None, target_latency_s: float | None, latency_stat: str) -> None:
     if len(runs) < 2:
         raise ConfigError("a compare needs at least two runs (got "
                           f"{len(runs)}): plateau compare RUN_DIR RUN_DIR [...]")
@@ -455,34 +456,53 @@ def compare_runs(
     if latency_stat not in STATS:
         raise ConfigError(f"--latency-stat must be one of {', '.join(STATS)} (got {latency_stat!r})")
 
+
+def _summary(run: RunData, cv: Curve, gpu_cost: float | None, gpus: int | None,
+             slo_best: Sequence[float | None]) -> RunSummary:
+    plateau, knee = plateau_and_knee(cv.levels, run.search)
+    best = max(cv.levels, key=lambda lv: lv.output_throughput)
+    ref = plateau.throughput if plateau else best.output_throughput
+    return RunSummary(
+        name=run.name, plateau=plateau, knee=knee,
+        levels=tuple(CurvePoint(concurrency=lv.concurrency or 0, output_throughput=lv.output_throughput)
+                     for lv in cv.levels),
+        best=CurvePoint(concurrency=best.concurrency or 0, output_throughput=best.output_throughput),
+        gpus=gpus, tok_s_per_gpu=ref / gpus if gpus else None, cost_per_mtok=_cost(gpu_cost, gpus, ref),
+        slo_cost_per_mtok=tuple(_cost(gpu_cost, gpus, t) for t in slo_best))
+
+
+def compare_runs(
+    runs: Sequence[RunData],
+    slos: Sequence[Sequence[Slo]] = (),
+    *,
+    gpu_cost: float | None = None,
+    gpus: Sequence[int] | None = None,
+    response_tokens: int | None = None,
+    target_latency_s: float | None = None,
+    latency_stat: str = "p90",
+) -> Comparison:
+    """Compare two or more runs. Raises ConfigError/ResultsError with one sentence on bad input."""
+    _check_options(runs, gpu_cost, gpus, response_tokens, target_latency_s, latency_stat)
     curves = [curve_of(r) for r in runs]
     slo_results: list[SloResult] = []
     for profile in slos:
         caps = tuple(slo_capacity(r, cv, profile) for r, cv in zip(runs, curves, strict=True))
         meeting = [c for c in caps if c.best_throughput]
         winner = max(meeting, key=lambda c: c.best_throughput or 0.0).run if meeting else None
-        slo_results.append(SloResult(tuple(profile), caps, winner))
+        slo_results.append(SloResult(slo=tuple(s.describe() for s in profile), winner=winner, runs=caps))
 
-    summaries: list[RunSummary] = []
-    for i, (run, cv) in enumerate(zip(runs, curves, strict=True)):
-        plateau, knee = plateau_and_knee(cv.levels, run.search)
-        best = max(cv.levels, key=lambda lv: lv.output_throughput)
-        n_gpus = gpus[i] if gpus is not None else None
-        ref = plateau.throughput if plateau else best.output_throughput
-        summaries.append(RunSummary(
-            run.name, tuple(cv.concurrencies), tuple(lv.output_throughput for lv in cv.levels), plateau, knee,
-            best.concurrency or 0, best.output_throughput, n_gpus,
-            ref / n_gpus if n_gpus else None, _cost(gpu_cost, n_gpus, ref),
-            tuple(_cost(gpu_cost, n_gpus, s.runs[i].best_throughput) for s in slo_results)))
+    summaries = tuple(
+        _summary(run, cv, gpu_cost, gpus[i] if gpus is not None else None,
+                 [s.runs[i].best_throughput for s in slo_results])
+        for i, (run, cv) in enumerate(zip(runs, curves, strict=True)))
 
-    users: list[UsersAtTarget] = []
-    query: dict[str, Any] | None = None
+    users: UsersQuery | None = None
     if response_tokens is not None and target_latency_s is not None:
-        users = [users_at_target(cv, response_tokens, target_latency_s * 1000, latency_stat) for cv in curves]
-        top = max(users, key=lambda u: u.users)
-        query = {"response_tokens": response_tokens, "target_latency_s": target_latency_s, "stat": latency_stat,
-                 "winner": top.run if top.users > 0 else None}
+        served = tuple(users_at_target(cv, response_tokens, target_latency_s * 1000, latency_stat) for cv in curves)
+        top = max(served, key=lambda u: u.users)
+        users = UsersQuery(response_tokens=response_tokens, target_latency_s=target_latency_s, stat=latency_stat,
+                           winner=top.run if top.users > 0 else None, runs=served)
 
     pairs = tuple(find_crossovers(a, b) for a, b in combinations(curves, 2))
-    return Comparison(tuple(summaries), tuple(align(curves)), pairs, tuple(slo_results), tuple(users), query,
-                      gpu_cost, tuple(workload_differences(runs)))
+    return Comparison(runs=summaries, aligned=tuple(align(curves)), pairs=pairs, slo=tuple(slo_results),
+                      users=users, gpu_cost_per_hour=gpu_cost, warnings=tuple(workload_differences(runs)))

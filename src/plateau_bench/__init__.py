@@ -4,7 +4,8 @@ The public API is small; most users drive it through the ``plateau`` command.
 """
 
 from plateau_bench.errors import ConfigError, PlateauError, ScrapeError, TargetError
-from plateau_bench.records import Latency, LevelResult, RequestRecord
+from plateau_bench.records import RequestRecord
+from plateau_bench.result import Latency, LevelResult
 
 __version__ = "0.1.0"
 

@@ -1,8 +1,9 @@
 """The ``plateau`` command: commands only (parse, call, print).
 
 Each group of commands lives in ``plateau_bench.commands.<name>`` and registers itself on the
-one Typer app. Every ``PlateauError`` becomes one line on stderr and exit code 2; Ctrl-C exits
-130 after the result files have been flushed by the command that was running.
+one Typer app. Every ``PlateauError`` becomes one line on stderr and exit code 2 (in ``_Commands``, the
+one place that catches it); Ctrl-C exits 130 after the result files have been flushed by the command
+that was running.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_COMMAND_MODULES = ("load", "sim", "analyze", "report", "compare")
+_COMMAND_MODULES = ("run", "sweep", "sim", "diagnose", "report", "compare")
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"plateau_bench.commands.{_name}").register(app)
@@ -46,9 +47,6 @@ for _name in _COMMAND_MODULES:
 def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="plateau", standalone_mode=True)
-    except PlateauError as exc:
-        print(f"plateau: error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
     except KeyboardInterrupt:
         print("plateau: interrupted; finished levels are saved", file=sys.stderr)
         raise SystemExit(130) from None

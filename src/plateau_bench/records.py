@@ -5,14 +5,12 @@ relative to the start of its level (``t=0`` is when the level's load loop began)
 are taken when the chunk's bytes were read, before any parsing.
 
 Records are produced identically by the HTTP driver and by the simulated engine, so every
-analysis runs unchanged on both.
+analysis runs unchanged on both. What the analysis makes of them is in ``plateau_bench.result``.
 """
 
 from __future__ import annotations
 
 import msgspec
-
-SCHEMA_VERSION = 1
 
 TOKEN_SOURCE_USAGE = "usage"          # the server's usage report
 TOKEN_SOURCE_TOKENIZER = "tokenizer"  # counted locally with the tokenizer
@@ -62,54 +60,3 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     def token_mismatch(self) -> bool:
         """The usage report disagreed with the tokens streamed (``output_tokens`` is the latter)."""
         return self.usage_tokens is not None and self.usage_tokens != self.output_tokens
-
-
-class Latency(msgspec.Struct, frozen=True):
-    """Summary of one latency metric over a level, in milliseconds."""
-
-    mean: float | None = None
-    p50: float | None = None
-    p90: float | None = None
-    p99: float | None = None
-    max: float | None = None
-    count: int = 0
-
-
-class LevelResult(msgspec.Struct, kw_only=True):
-    """Every metric of one load level. Keys are a contract: scripts read them from result.json."""
-
-    label: str
-    mode: str                      # "burst" | "steady" | "rate"
-    concurrency: int | None = None
-    rate: float | None = None
-    num_requests: int = 0          # requests sent (warm-up excluded)
-    completed: int = 0
-    failed: int = 0
-    errors: dict[str, int] = msgspec.field(default_factory=dict)
-    dominant_error: str | None = None
-    level_failed: bool = False
-    duration_s: float = 0.0        # length of the measurement window
-    wall_s: float = 0.0            # first send to last end, whole level
-    window_start_s: float = 0.0
-    window_end_s: float = 0.0
-    window_note: str = ""
-    output_tokens: int = 0
-    input_tokens: int = 0
-    output_throughput: float = 0.0
-    total_throughput: float = 0.0
-    peak_output_throughput: float = 0.0
-    request_throughput: float = 0.0
-    achieved_concurrency: float = 0.0
-    decoding_concurrency: float = 0.0
-    peak_in_flight: int = 0
-    peak_decoding: int = 0         # most requests simultaneously past their first token
-    ttft_ms: Latency = msgspec.field(default_factory=Latency)
-    tpot_ms: Latency = msgspec.field(default_factory=Latency)
-    itl_ms: Latency = msgspec.field(default_factory=Latency)
-    e2e_ms: Latency = msgspec.field(default_factory=Latency)
-    send_lag_ms: Latency = msgspec.field(default_factory=Latency)
-    token_source: str = TOKEN_SOURCE_USAGE
-    throughput_ci_rel: float | None = None   # half-width of the 95 % CI on output tok/s, relative
-    telemetry: dict[str, float] = msgspec.field(default_factory=dict)
-    client: dict[str, float] = msgspec.field(default_factory=dict)
-    extra: dict[str, object] = msgspec.field(default_factory=dict)

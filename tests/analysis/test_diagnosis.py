@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from plateau_bench.analysis.diagnosis import diagnose
-from plateau_bench.records import Latency, LevelResult
+from plateau_bench.result import Latency, LevelResult
 
 
 def level(c: int, tput: float, *, dec: float, peak: int, ttft: float, tpot: float, mode: str = "steady",

@@ -4,7 +4,8 @@ import pytest
 
 from plateau_bench.analysis.slo import goodput, level_meets, parse_slo, violations
 from plateau_bench.errors import ConfigError
-from plateau_bench.records import Latency, LevelResult, RequestRecord
+from plateau_bench.records import RequestRecord
+from plateau_bench.result import Latency, LevelResult
 
 
 def test_parse_units() -> None:

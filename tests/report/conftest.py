@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from plateau_bench.analysis.metrics import NS, compute_level
-from plateau_bench.records import LevelResult, RequestRecord
+from plateau_bench.records import RequestRecord
+from plateau_bench.result import LevelResult
 from plateau_bench.report.results import ResultWriter
 
 MS = 1_000_000

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from plateau_bench.errors import ConfigError, ResultsError
-from plateau_bench.records import Latency, LevelResult
+from plateau_bench.result import Latency, LevelResult
 from plateau_bench.report.tables import ReportRun, load_report_run, load_runs, render_table, to_markdown
 
 SweepFactory = Callable[..., Path]

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from plateau_bench.analysis.diagnosis import diagnose
-from plateau_bench.records import LevelResult
+from plateau_bench.result import LevelResult
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.sim.runner import VirtualLevelRunner

@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from plateau_bench.analysis.metrics import NS, Window, batch_throughputs, token_arrays
+from plateau_bench.analysis.metrics import Window, batch_throughputs, token_arrays
 from plateau_bench.analysis.stats import batch_means_ci_rel
 from plateau_bench.records import RequestRecord
+from plateau_bench.units import NS
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class PrecisionRule:
         if complete_until_ns - start < self.min_s * NS:
             return None
         window = Window(start, complete_until_ns)
-        times, counts = token_arrays([r for r in records if not r.warmup])
+        times, counts = token_arrays([r for r in records if not r.warmup and r.error is None])
         return batch_means_ci_rel(batch_throughputs(times, counts, window, self.batches))
 
     def done(self, records: Sequence[RequestRecord], *, elapsed_s: float, workers: int,

@@ -28,12 +28,12 @@ simple fit does not model.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from plateau_bench.analysis.plateau import Knee, Plateau, Point, find_knee, find_plateau
-from plateau_bench.records import LevelResult
+from plateau_bench.analysis.open_loop import open_loop_verdict
+from plateau_bench.analysis.plateau import Point, find_knee, find_plateau
+from plateau_bench.result import Confidence, Knee, LevelResult, Plateau, RateSummary, Verdict
 
 ENGINE_FLAGS: dict[str, dict[str, str]] = {
     "vllm": {"cap": "vllm serve --max-num-seqs {n}", "batch": "--max-num-batched-tokens",
@@ -48,21 +48,6 @@ ENGINE_FLAGS: dict[str, dict[str, str]] = {
 KV_FILL_THRESHOLD = 0.65
 GENERIC_CAP = ("the server's running-request cap: vLLM --max-num-seqs {n}, SGLang --max-running-requests {n}, "
                "llama.cpp --parallel {n}, TGI --max-concurrent-requests")
-
-
-@dataclass
-class Verdict:
-    constraint: str          # load_generator | errors | admission_cap | kv_capacity | compute | not_saturated
-    headline: str
-    confidence: str          # high | medium | low
-    evidence: list[str] = field(default_factory=list)
-    what_if: list[str] = field(default_factory=list)
-    suggestions: list[str] = field(default_factory=list)
-    estimated_cap: int | None = None
-    predicted_throughput_doubled_cap: float | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def _ms(v: float | None) -> str:
@@ -87,35 +72,35 @@ STALL_MS = 200.0   # event-loop lag (p99) beyond which client timings cannot be 
 
 
 def _load_generator(levels: list[LevelResult]) -> Verdict | None:
-    stalled = [lv for lv in levels if lv.client.get("loop_lag_ms_p99", 0.0) >= STALL_MS]
+    stalled = [lv for lv in levels if (lv.client.loop_lag_ms_p99 or 0.0) >= STALL_MS]
     if stalled:
-        worst = max(stalled, key=lambda lv: lv.client["loop_lag_ms_p99"])
+        worst = max(stalled, key=lambda lv: lv.client.loop_lag_ms_p99 or 0.0)
         return Verdict(
             "load_generator",
-            f"load generator stalled: its event loop lagged {worst.client['loop_lag_ms_p99']:.0f} ms (p99) "
+            f"load generator stalled: its event loop lagged {worst.client.loop_lag_ms_p99 or 0.0:.0f} ms (p99) "
             f"at C={_c(worst)}, so chunk times, TPOT and concurrency are not measurable",
             "high",
             [f"event-loop lag p99 >= {STALL_MS:.0f} ms at " + ", ".join(f"C={_c(lv)}" for lv in stalled),
-             f"load generator CPU peaked at {worst.client.get('cpu_pct_max', float('nan')):.0f} % of one core"],
+             f"load generator CPU peaked at {worst.client.cpu_pct_max or float('nan'):.0f} % of one core"],
             suggestions=["run the load generator on a machine (or cores) the server does not share",
                          "re-run the affected levels: every figure from them understates or distorts the server"],
         )
     for lv in levels:
-        cpu = lv.client.get("cpu_pct_max")
-        lag = lv.client.get("loop_lag_ms_p99")
+        cpu = lv.client.cpu_pct_max
+        lag = lv.client.loop_lag_ms_p99
         starved = (cpu is not None and cpu >= 90.0) or (lag is not None and lag >= 50.0)
         short = lv.mode != "rate" and _c(lv) > 0 and lv.achieved_concurrency < 0.85 * _c(lv)
         # A server holding (running or queued) far fewer requests than the client means to send
         # has spare room: the requests are stuck in the client.
-        held = lv.telemetry.get("running_mean", 0.0) + lv.telemetry.get("waiting_mean", 0.0)
-        server_idle = "running_mean" not in lv.telemetry or held < 0.8 * _c(lv)
+        held = (lv.telemetry.running_mean or 0.0) + (lv.telemetry.waiting_mean or 0.0)
+        server_idle = lv.telemetry.running_mean is None or held < 0.8 * _c(lv)
         if starved and short and server_idle:
             ev = [f"at C={_c(lv)} only {lv.achieved_concurrency:.1f} requests were in flight on average"]
             if cpu is not None:
                 ev.append(f"load generator CPU peaked at {cpu:.0f} % of one core")
             if lag is not None:
                 ev.append(f"event-loop lag p99 {lag:.0f} ms")
-            if "running_mean" in lv.telemetry:
+            if lv.telemetry.running_mean is not None:
                 ev.append(f"the server held only {held:.1f} requests on average (running + waiting): "
                           "it had spare room")
             return Verdict(
@@ -127,30 +112,39 @@ def _load_generator(levels: list[LevelResult]) -> Verdict | None:
     return None
 
 
+def _at(level: LevelResult) -> str:
+    return f"C={level.concurrency}" if level.concurrency else level.label
+
+
 def _errors(levels: list[LevelResult]) -> Verdict | None:
     bad = [lv for lv in levels if lv.num_requests and lv.failed / lv.num_requests >= 0.05]
     if not bad:
         return None
     first = bad[0]
     worst = max(bad, key=lambda lv: lv.failed / lv.num_requests)
-    ev = [f"from C={_c(first)}: {first.failed}/{first.num_requests} requests failed "
+    ev = [f"from {_at(first)}: {first.failed}/{first.num_requests} requests failed "
           f"(mostly {first.dominant_error})",
-          f"worst at C={_c(worst)}: {worst.failed / worst.num_requests:.0%} failed"]
-    ok_below = [lv for lv in levels if _c(lv) < _c(first)]
+          f"worst at {_at(worst)}: {worst.failed / worst.num_requests:.0%} failed"]
+    hung = sum(lv.hung for lv in bad)
+    if hung:
+        ev.append(f"{hung} request(s) hung: still unanswered after the level's grace period")
+    ok_below = [lv for lv in levels if lv.failed == 0 and _c(lv) < _c(first)]
     if ok_below:
-        ev.append(f"no failures up to C={_c(ok_below[-1])}")
+        ev.append(f"no failures up to {_at(ok_below[-1])}")
     if first.dominant_error == "connect" and first is levels[-1]:
         return Verdict(
-            "errors", f"the server stopped answering at C={_c(first)} (connections refused or reset)", "high", ev,
+            "errors", f"the server stopped answering at {_at(first)} (connections refused or reset)", "high", ev,
             suggestions=["check the server's log: it may have crashed or been restarted (out of memory?)",
                          "the levels before it are valid; resume the sweep once the server is back"],
         )
     rate_limited = any(k in ("http_429", "http_5xx") for lv in bad for k in lv.errors)
+    what = "requests hang" if first.dominant_error == "hung" else "errors / rate limiting"
     return Verdict(
-        "errors", f"errors / rate limiting from C={_c(first)}" + (" (429/5xx)" if rate_limited else ""),
-        "high" if len(bad) >= 2 or rate_limited else "medium", ev,
+        "errors", f"{what} from {_at(first)}" + (" (429/5xx)" if rate_limited else "")
+        + (f"; {hung} hung" if hung and first.dominant_error != "hung" else ""),
+        "high" if len(bad) >= 2 or rate_limited or first.failed / first.num_requests >= 0.5 else "medium", ev,
         suggestions=["raise the server's queue or rate limits, or keep concurrency below "
-                     f"C={_c(first)}", "check the server log for the rejected requests"],
+                     f"{_at(first)}", "check the server log for the rejected or unanswered requests"],
     )
 
 
@@ -181,9 +175,9 @@ def _admission_cap(levels: list[LevelResult], plateau: Plateau, engine: str | No
     top = [lv for lv in levels if _c(lv) >= plateau.concurrency]
     if len(top) < 2:
         return None
-    stated = next((int(lv.telemetry["cap"]) for lv in top if lv.telemetry.get("cap")), None)
+    stated = next((int(lv.telemetry.cap) for lv in top if lv.telemetry.cap), None)
     client_peak = max(lv.peak_decoding for lv in top)
-    server_peak = max((int(lv.telemetry["running_max"]) for lv in top if lv.telemetry.get("running_max")),
+    server_peak = max((int(lv.telemetry.running_max) for lv in top if lv.telemetry.running_max),
                       default=0)
     # The server's own running count is exact; the client's view can overlap a request's last token
     # with the next one's first by network jitter, so it may read one or two above the cap. A client
@@ -212,8 +206,8 @@ def _admission_cap(levels: list[LevelResult], plateau: Plateau, engine: str | No
     t0, t1 = first.ttft_ms.p50, last.ttft_ms.p50
     ev.append(f"TTFT p50 grew {_ms(t0)} -> {_ms(t1)} (queueing) while TPOT stayed "
               f"{_ms(first.tpot_ms.mean)} -> {_ms(last.tpot_ms.mean)}")
-    running_max = [lv.telemetry["running_max"] for lv in top if "running_max" in lv.telemetry]
-    waiting = [lv.telemetry["waiting_mean"] for lv in pinned if "waiting_mean" in lv.telemetry]
+    running_max = [lv.telemetry.running_max for lv in top if lv.telemetry.running_max is not None]
+    waiting = [lv.telemetry.waiting_mean for lv in pinned if lv.telemetry.waiting_mean is not None]
     server_agrees = bool(running_max) and all(abs(r - cap) <= max(1.0, 0.02 * cap) for r in running_max)
     if running_max:
         ev.append(f"server: running max {max(running_max):.0f}, waiting "
@@ -224,8 +218,8 @@ def _admission_cap(levels: list[LevelResult], plateau: Plateau, engine: str | No
     if waves:
         ev.append(waves)
     tpot_flat = (first.tpot_ms.mean or 0) > 0 and (last.tpot_ms.mean or 0) / (first.tpot_ms.mean or 1) < 1.25
-    confidence = "high" if (server_agrees or stated or (len(pinned) >= 2 and tpot_flat and min(fill) >= 0.8)) \
-        else "medium"
+    clear = server_agrees or stated or (len(pinned) >= 2 and tpot_flat and min(fill) >= 0.8)
+    confidence: Confidence = "high" if clear else "medium"
     verdict = Verdict("admission_cap", f"admission cap at {cap} running requests", confidence, ev,
                       estimated_cap=cap)
     fit = _fit_tpot(levels, cap)
@@ -241,7 +235,7 @@ def _admission_cap(levels: list[LevelResult], plateau: Plateau, engine: str | No
                 f"raising the cap to {2 * cap} would give ~{predicted:,.0f} tok/s ({gain - 1:+.0%}) at "
                 f"~{tpot_2n / tpot_n:.1f}x the per-token latency (from the TPOT-vs-batch slope measured "
                 f"below the cap: {intercept:.1f} ms + {slope:.3f} ms per sequence)")
-    kv = [lv.telemetry["kv_usage_max"] for lv in top if "kv_usage_max" in lv.telemetry]
+    kv = [lv.telemetry.kv_usage_max for lv in top if lv.telemetry.kv_usage_max is not None]
     flags = ENGINE_FLAGS.get(engine or "")
     try_cap = flags["cap"].format(n=2 * cap) if flags else GENERIC_CAP.format(n=2 * cap)
     headroom = f" (check KV headroom: KV usage peaked at {max(kv or [0]):.2f})" if kv else \
@@ -254,8 +248,8 @@ def _kv_capacity(levels: list[LevelResult], plateau: Plateau, engine: str | None
     top = [lv for lv in levels if _c(lv) >= plateau.concurrency]
     if not top:
         return None
-    preempt = sum(lv.telemetry.get("preemptions_delta", 0.0) for lv in top)
-    kv_max = max((lv.telemetry.get("kv_usage_max", 0.0) for lv in top), default=0.0)
+    preempt = sum(lv.telemetry.preemptions_delta or 0.0 for lv in top)
+    kv_max = max((lv.telemetry.kv_usage_max or 0.0 for lv in top), default=0.0)
     swing = [lv.decoding_concurrency / lv.peak_decoding for lv in top if lv.peak_decoding]
     # A median ITL of (near) zero means chunks arrived bunched: no ratio against it means anything.
     spikes = [(lv.itl_ms.max or 0.0) / (lv.itl_ms.p50 or 1.0) for lv in top if (lv.itl_ms.p50 or 0.0) >= 0.1]
@@ -273,7 +267,8 @@ def _kv_capacity(levels: list[LevelResult], plateau: Plateau, engine: str | None
     client_sig = (bool(swing) and min(swing) < KV_FILL_THRESHOLD and (stalled or (bool(spikes) and max(spikes) > 5))
                   ) or recompute_stalls
     server_sig = preempt > 0 or kv_max >= 0.95
-    server_reports_kv = any("kv_usage_max" in lv.telemetry or "preemptions_delta" in lv.telemetry for lv in top)
+    server_reports_kv = any(lv.telemetry.kv_usage_max is not None or lv.telemetry.preemptions_delta is not None
+                            for lv in top)
     if server_reports_kv and not server_sig:
         return None  # the server says its cache never filled: the client-side sag has another cause
     if not (client_sig or server_sig):
@@ -316,8 +311,8 @@ def _compute(levels: list[LevelResult], plateau: Plateau, engine: str | None) ->
           f"TPOT rose in proportion: {_ms(first.tpot_ms.mean)} -> {_ms(last.tpot_ms.mean)} "
           f"({tpot_ratio:.1f}x for {batch_ratio:.1f}x the batch)",
           f"throughput flat at ~{plateau.throughput:,.0f} tok/s"]
-    if any("waiting_mean" in lv.telemetry for lv in top):
-        ev.append(f"server waiting queue ~{last.telemetry.get('waiting_mean', 0):.1f}: requests are admitted")
+    if any(lv.telemetry.waiting_mean is not None for lv in top):
+        ev.append(f"server waiting queue ~{last.telemetry.waiting_mean or 0.0:.1f}: requests are admitted")
     proportional = batch_ratio > 1.3 and 0.6 < tpot_ratio / batch_ratio < 1.5
     flags = ENGINE_FLAGS.get(engine or "")
     return Verdict(
@@ -330,17 +325,26 @@ def _compute(levels: list[LevelResult], plateau: Plateau, engine: str | None) ->
 
 
 def diagnose(levels: Sequence[LevelResult], *, engine: str | None = None, plateau_gain: float = 0.05,
-             plateau: Plateau | None = None, knee: Knee | None = None) -> Verdict:
-    """The verdict for a sweep's levels (see the module docstring for the signatures and their order)."""
+             plateau: Plateau | None = None, knee: Knee | None = None,
+             open_loop: RateSummary | None = None) -> Verdict:
+    """The verdict for a sweep's levels (see the module docstring for the signatures and their order).
+
+    The load-generator and error checks read every level, one alone included: a single level that
+    failed or whose client stalled says so. ``open_loop`` (a rate sweep's summary) ends with what an
+    open loop can show when neither fired.
+    """
+    measured = [lv for lv in levels if lv.num_requests > 0]
     lvls = _levels(levels)
+    for check in (_load_generator, _errors):
+        v = check(measured if open_loop is not None else lvls or measured)
+        if v:
+            return v
+    if open_loop is not None:
+        return open_loop_verdict(levels, open_loop)
     if len(lvls) < 2:
         return Verdict("insufficient_data", "one level is not enough to say why throughput stops growing",
                        "low", [f"{len(lvls)} usable level(s)"],
                        suggestions=["run a sweep: plateau sweep --url ..."])
-    for check in (_load_generator, _errors):
-        v = check(lvls)
-        if v:
-            return v
     lvls = [lv for lv in lvls if not lv.level_failed and lv.completed > 0]
     if len(lvls) < 2:
         return Verdict("insufficient_data", "fewer than two levels succeeded: not enough to say why", "low",

@@ -9,7 +9,9 @@ Definitions (times in ns since the level start; ``W = [w0, w1]`` is the measurem
 * **TPOT** = (E2E - TTFT) / (output_tokens - 1), per request with >= 2 output tokens.
 * **ITL** = gap between consecutive content chunks; a chunk carrying k tokens contributes k gaps
   of (gap / k), so a multi-token chunk neither hides nor inflates latency (SGLang's convention).
-* **Output throughput** = output tokens whose arrival time lies in W / |W|. Total throughput adds
+* **Output throughput** = output tokens of *successful* requests whose arrival time lies in W / |W|.
+  Tokens streamed by a request that then failed (reset, truncated, hung, ...) are not throughput:
+  they are reported apart as ``failed_output_tokens``. Total throughput adds
   the prompt tokens of requests *sent* in W. **Peak output throughput** = the largest number of
   output tokens arriving in any 1 s bucket of W.
 * **Achieved concurrency** (Little's law) = sum over requests of time in flight inside W / |W|.
@@ -40,10 +42,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from plateau_bench.analysis.stats import FloatArray, batch_means_ci_rel, summarize
-from plateau_bench.records import LevelResult, RequestRecord
-
-NS = 1_000_000_000
-NS_PER_MS = 1_000_000
+from plateau_bench.records import RequestRecord
+from plateau_bench.result import LevelResult
+from plateau_bench.units import NS, NS_PER_MS
 
 # A level is marked failed when at least this share of its requests failed.
 LEVEL_FAILED_SHARE = 0.5
@@ -97,12 +98,13 @@ def steady_window(records: Sequence[RequestRecord]) -> Window:
 
 
 def token_arrays(records: Sequence[RequestRecord]) -> tuple[FloatArray, FloatArray]:
-    """All output-token arrivals as (times_ns, counts), chunkless records spread evenly."""
+    """Output-token arrivals of the given records as (times_ns, counts), chunkless records spread evenly.
+
+    Callers pass successful requests for throughput and failed ones for the tokens lost to failures.
+    """
     times: list[FloatArray] = []
     counts: list[FloatArray] = []
     for r in records:
-        if r.error is not None and not r.chunk_ns:
-            continue
         if r.chunk_ns:
             times.append(np.asarray(r.chunk_ns, dtype=np.float64))
             counts.append(np.asarray(r.chunk_tokens, dtype=np.float64))
@@ -175,7 +177,7 @@ def _latency_population(ok: list[RequestRecord], w: Window, mode: str) -> tuple[
 
 def bucket_output_tokens(records: Sequence[RequestRecord], w: Window, bucket_s: float = 1.0) -> FloatArray:
     """Output tokens arriving in consecutive ``bucket_s`` buckets from the window start."""
-    times, counts = token_arrays([r for r in records if not r.warmup])
+    times, counts = token_arrays([r for r in records if not r.warmup and r.error is None])
     if w.end_ns <= w.start_ns:
         return np.zeros(0)
     n_buckets = max(1, int(np.ceil((w.end_ns - w.start_ns) / (bucket_s * NS))))
@@ -207,9 +209,10 @@ def compute_level(
 
     latency_pool, pool_note = _latency_population(ok, w, mode)
 
-    times, counts = token_arrays(measured)
+    times, counts = token_arrays(ok)
     in_w = (times >= w.start_ns) & (times <= w.end_ns)
     out_tokens = int(counts[in_w].sum()) if times.size else 0
+    lost = sum(r.output_tokens for r in measured if r.error is not None)
     in_tokens = sum(r.prompt_tokens for r in ok if w.start_ns <= r.sent_ns <= w.end_ns)
 
     starts = np.array([r.sent_ns for r in measured], dtype=np.float64)
@@ -218,7 +221,7 @@ def compute_level(
     d_starts = np.array([r.first_token_ns for r in decoding], dtype=np.float64)
     d_ends = np.array([r.end_ns for r in decoding], dtype=np.float64)
 
-    buckets = bucket_output_tokens(measured, w)
+    buckets = bucket_output_tokens(ok, w)
     ci_rel = batch_means_ci_rel(batch_throughputs(times, counts, w)) if mode == "steady" else None
 
     ttft = [(r.first_token_ns - r.sent_ns) / NS_PER_MS
@@ -243,6 +246,7 @@ def compute_level(
         num_requests=len(measured),
         completed=len(ok),
         failed=failed,
+        hung=errors.get("hung", 0),
         errors={str(k): v for k, v in errors.items()},
         dominant_error=dominant,
         level_failed=bool(measured) and failed / len(measured) >= LEVEL_FAILED_SHARE,
@@ -253,6 +257,7 @@ def compute_level(
         window_note=w.note + pool_note,
         output_tokens=out_tokens,
         input_tokens=in_tokens,
+        failed_output_tokens=lost,
         output_throughput=out_tokens / length if length > 0 else 0.0,
         total_throughput=(out_tokens + in_tokens) / length if length > 0 else 0.0,
         peak_output_throughput=float(buckets.max()) if buckets.size else 0.0,
@@ -280,18 +285,3 @@ def batch_throughputs(times: FloatArray, counts: FloatArray, w: Window, batches:
     hist, _ = np.histogram(times, bins=edges, weights=counts)
     width_s = (w.end_ns - w.start_ns) / batches / NS
     return [float(h) / width_s for h in hist]
-
-
-def seed_line(level: LevelResult) -> str:
-    """The line users already know from the classic benchmark scripts."""
-    e2e = level.e2e_ms
-    total = level.num_requests
-
-    def s(v: float | None) -> str:
-        return f"{v / 1000:6.2f}" if v is not None else "     -"
-
-    head = f"C={level.concurrency:>5}" if level.concurrency is not None else f"{level.label:>7}"
-    return (
-        f"{head} | {level.completed}/{total} ok ({level.failed} err) | wall={level.wall_s:7.1f}s | "
-        f"{level.output_throughput:8.1f} tok/s | lat avg={s(e2e.mean)} p50={s(e2e.p50)} p99={s(e2e.p99)}"
-    )

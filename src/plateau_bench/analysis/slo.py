@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.records import LevelResult, RequestRecord
+from plateau_bench.records import RequestRecord
+from plateau_bench.result import LevelResult
 
 METRICS = ("ttft", "tpot", "itl", "e2e")
 STATS = ("mean", "p50", "p90", "p99", "max")

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from plateau_bench.records import Latency
+from plateau_bench.result import Latency
 
 FloatArray = npt.NDArray[np.float64]
 

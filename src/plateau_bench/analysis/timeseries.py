@@ -33,9 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from plateau_bench.analysis.metrics import NS, Window, bucket_output_tokens
+from plateau_bench.analysis.metrics import Window, bucket_output_tokens
 from plateau_bench.analysis.stats import FloatArray
 from plateau_bench.records import RequestRecord
+from plateau_bench.units import NS
 
 DEFAULT_MAX_POINTS = 400
 SERVER_KEYS = ("running", "waiting", "kv_usage")

@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import msgspec
 import typer
 
 from plateau_bench.analysis.diagnosis import diagnose
+from plateau_bench.analysis.open_loop import rate_summary
+from plateau_bench.analysis.plateau import plateau_and_knee
 from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ResultsError
-from plateau_bench.report.results import load_levels, load_summary
 from plateau_bench.report.terminal import level_table, summary_sentence, verdict_text
-from plateau_bench.sweep import plateau_and_knee, search_config_of
+from plateau_bench.result import Knee, Plateau, SearchSettings, Verdict
+from plateau_bench.store import load_result
 
 
-def saved_engine(summary: dict[str, Any]) -> str | None:
-    target = summary.get("target") or {}
-    engine = target.get("engine")
-    return str(engine) if engine else None
+class Diagnosis(msgspec.Struct, kw_only=True):
+    """What ``plateau diagnose --json`` prints."""
+
+    verdict: Verdict
+    plateau: Plateau | None
+    knee: Knee | None
 
 
 def register(app: typer.Typer) -> None:
@@ -29,22 +33,21 @@ def register(app: typer.Typer) -> None:
         as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON only.")] = False,
     ) -> None:
         """Say why throughput stopped growing in a saved sweep, with evidence and what to try next."""
-        summary = load_summary(run_dir)
-        levels = load_levels(run_dir)
+        result = load_result(run_dir)
+        levels = result.levels
         if not levels:
             raise ResultsError(f"{run_dir} holds no finished level yet: nothing to diagnose")
-        search = search_config_of(summary.get("spec", {}))
+        sweep = result.spec.sweep
+        search = sweep.search if sweep is not None else SearchSettings()
         plateau, knee = plateau_and_knee(levels, search)
-        verdict = diagnose(levels, engine=saved_engine(summary), plateau_gain=search.plateau_gain,
-                           plateau=plateau, knee=knee)
+        open_loop = rate_summary(levels) if sweep is not None and sweep.mode == "rate" else None
+        verdict = diagnose(levels, engine=result.target.engine, plateau_gain=search.plateau_gain,
+                           plateau=plateau, knee=knee, open_loop=open_loop)
         if as_json:
-            out = {"verdict": verdict.to_dict(),
-                   "plateau": plateau.to_dict() if plateau else None,
-                   "knee": knee.to_dict() if knee else None}
+            out = Diagnosis(verdict=verdict, plateau=plateau, knee=knee)
             typer.echo(msgspec.json.format(msgspec.json.encode(out), indent=2).decode())
             return
         console = wide_console()
         console.print(level_table(levels, title=f"{run_dir}"))
-        console.print(summary_sentence(levels, plateau.to_dict() if plateau else None,
-                                       knee.to_dict() if knee else None))
-        console.print(verdict_text(verdict.to_dict()))
+        console.print(summary_sentence(levels, plateau, knee), highlight=False)
+        console.print(verdict_text(verdict))

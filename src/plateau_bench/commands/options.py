@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import typer
 from rich.console import Console
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.spec import TargetSpec, WorkloadSpec, parse_duration
+from plateau_bench.spec import TargetSpec, WorkloadSpec, parse_duration, redact_url
 
 TARGET = "Target"
 WORKLOAD = "Workload"
@@ -27,6 +29,11 @@ ApiKey = Annotated[str | None, typer.Option("--api-key", envvar="OPENAI_API_KEY"
                                             rich_help_panel=TARGET)]
 Headers = Annotated[list[str] | None, typer.Option("--header", help="Extra HTTP header K:V (repeatable).",
                                                    rich_help_panel=TARGET)]
+SecretHeader = Annotated[list[str] | None, typer.Option(
+    "--secret-header", metavar="NAME",
+    help="A --header whose value is a secret: shown as *** in output and results (repeatable). Headers "
+         "named with auth, key, token, secret, cookie, passw or session are secret already.",
+    rich_help_panel=TARGET)]
 Timeout = Annotated[str, typer.Option("--timeout", help="Per-request timeout, e.g. 600s.",
                                       rich_help_panel=TARGET)]
 WaitReady = Annotated[str | None, typer.Option("--wait-ready", help="Wait up to this long for the server to "
@@ -55,20 +62,58 @@ SimSpeed = Annotated[float, typer.Option("--sim-speed", help="Twin clock speed-u
                                          rich_help_panel=TWIN)]
 
 
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
+
+
+def url_given(url: str | None) -> bool:
+    """Whether ``--url`` was given: None means not (start the embedded twin); empty is an error."""
+    if url is None:
+        return False
+    if not url.strip():
+        raise ConfigError("--url is empty: give the server's URL (http://host:port), or omit --url to "
+                          "start the embedded simulated engine")
+    return True
+
+
 def target_spec(url: str, model: str | None, endpoint: str, api_key: str | None, headers: list[str] | None,
-                timeout: str) -> TargetSpec:
+                timeout: str, secret_headers: list[str] | None = None) -> TargetSpec:
+    """The validated target. Messages never show a secret: the URL is shown redacted, a header by name."""
     if endpoint not in ("completions", "chat"):
         raise ConfigError(f"--endpoint must be 'completions' or 'chat' (got {endpoint!r})")
+    url_given(url)
+    url = url.strip()
     if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"--url must start with http:// or https:// (got {url!r})")
+        raise ConfigError(f"--url must start with http:// or https:// (got {redact_url(url)!r})")
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # raises on a port that is not a number in range
+    except ValueError as exc:
+        raise ConfigError(f"--url {redact_url(url)!r} is not a valid URL ({exc})") from None
+    if not parts.hostname:
+        raise ConfigError(f"--url {redact_url(url)!r} names no host")
+    named = tuple(n.strip() for n in secret_headers or [])
     parsed: dict[str, str] = {}
     for h in headers or []:
         key, sep, value = h.partition(":")
-        if not sep or not key.strip():
-            raise ConfigError(f"--header must look like Name:value (got {h!r})")
-        parsed[key.strip()] = value.strip()
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError("--header must look like Name:value; one has no 'Name:' part (not shown in "
+                              "case it holds a secret)")
+        if not _HEADER_NAME.match(key):
+            raise ConfigError("--header names must be HTTP tokens (letters, digits, -); got one that is not "
+                              "(not shown in case it holds a secret)")
+        if "\r" in value or "\n" in value:
+            raise ConfigError(f"--header {key}: the value holds a line break")
+        parsed[key] = value.strip()
+    lowered = {k.lower() for k in parsed}
+    for name in named:
+        if name.lower() not in lowered:
+            raise ConfigError(f"--secret-header {name} names no --header given (check the spelling)")
+    if api_key is not None and ("\r" in api_key or "\n" in api_key):
+        raise ConfigError("--api-key holds a line break")
     return TargetSpec(url=url.rstrip("/"), model=model, endpoint=endpoint,  # type: ignore[arg-type]
-                      api_key=api_key or None, headers=parsed, timeout_s=parse_duration(timeout))
+                      api_key=api_key or None, headers=parsed, timeout_s=parse_duration(timeout, "--timeout"),
+                      secret_headers=named)
 
 
 def workload_spec(input_len: int, output_len: int, range_ratio: float, dataset: Path | None, seed: int,
@@ -87,3 +132,16 @@ def wide_console() -> Console:
     """Tables keep one line per level: when stdout is not a terminal, do not wrap at 80 columns."""
     console = Console()
     return console if console.is_terminal else Console(width=160)
+
+
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace the results already in --out (default: "
+                                         "refuse, so nothing measured is lost).", rich_help_panel=OUTPUT)]
+
+
+def check_load_size(connections: int) -> None:
+    """Refuse what cannot work before anything is allocated; raise the open-file limit when it allows."""
+    from plateau_bench.driver.limits import ensure_open_files
+
+    note = ensure_open_files(connections)
+    if note:
+        typer.echo(f"plateau: {note}", err=True)

@@ -23,11 +23,17 @@ from the warm-up into the measured phase, so warm-up prompts are not re-sent (an
 Times: ``t0_ns`` is the level start on ``clock_ns``; every time handed to the sender and stored
 on records is relative to it (the sender must be built with the same ``t0_ns``).
 
-Stopping early: setting ``stop`` (e.g. on Ctrl-C, or once the estimate is precise enough) ends
-the level at once: nothing new is sent, in-flight requests are cancelled, and the records
-finished so far are returned. Requests cut off that way are not measurements and are dropped,
-whether the sender raises ``CancelledError`` or returns a record with the ``cancelled`` error.
-Cancelling the ``run_level`` task itself does the same cleanup and re-raises; every finished
+Ending a level: once nothing more will be sent (the duration has passed, every request of a burst
+has been sent, or ``finish`` was set because the estimate is precise enough), the level *drains*:
+in-flight requests may finish for a grace period of ``max(GRACE_MIN_S, 2 x`` the longest request
+finished so far``)`` from the start of the drain (re-evaluated as requests finish, and not before
+one has: a burst's first wave may take a while). Whatever is still in flight then is **hung**: it
+gets a failed record of class ``hung`` (its partial tokens are unknown, so none are counted) and is
+cancelled. So every request sent ends as ok, failed or hung, and none vanishes.
+
+Aborting: setting ``stop`` (the target is gone) ends the level at once: nothing new is sent,
+in-flight requests are cancelled and counted in ``progress.cancelled`` (they are not measurements).
+Cancelling the ``run_level`` task itself (Ctrl-C) does the same cleanup and re-raises; every finished
 record has already gone through ``on_record``.
 
 The sender is a ``Sender`` (the streaming HTTP client, the twin in process, or a test fake): the
@@ -45,10 +51,13 @@ from typing import Any, Protocol
 from plateau_bench.errors import ErrorClass
 from plateau_bench.records import RequestRecord
 from plateau_bench.spec import LevelSpec
+from plateau_bench.units import NS
 from plateau_bench.workload.arrivals import iter_arrival_offsets_ns
 from plateau_bench.workload.prompts import Prompt
 
-NS = 1_000_000_000
+GRACE_MIN_S = 5.0       # the shortest drain: a hung request is declared no sooner
+GRACE_FACTOR = 2.0      # times the longest request finished so far
+_DRAIN_POLL_S = 0.25
 
 OnRecord = Callable[[RequestRecord], None]
 
@@ -73,7 +82,19 @@ class LoadProgress:
     output_tokens: int = 0     # of finished requests
     prompt_tokens: int = 0
     unsent: int = 0            # open-loop arrivals dropped after the duration
-    cancelled: int = 0         # in-flight requests cut off by a stop
+    cancelled: int = 0         # in-flight requests cut off by an abort (``stop``)
+    hung: int = 0              # still in flight when the drain's grace period ended
+    draining: bool = False
+
+
+@dataclass
+class _Pending:
+    task: asyncio.Task[Any] | None
+    worker: int
+    scheduled_ns: int
+    sent_ns: int
+    prompt_tokens: int
+    warmup: bool
 
 
 async def run_level(
@@ -85,6 +106,7 @@ async def run_level(
     clock_ns: Callable[[], int] = time.monotonic_ns,
     on_record: OnRecord | None = None,
     stop: asyncio.Event | None = None,
+    finish: asyncio.Event | None = None,
     progress: LoadProgress | None = None,
     seed: int = 0,
 ) -> list[RequestRecord]:
@@ -96,21 +118,22 @@ async def run_level(
         level: mode, concurrency or rate, stop conditions, warm-up.
         t0_ns: the level start on ``clock_ns``; record times are relative to it.
         on_record: called with each finished record, as soon as it finishes.
-        stop: set it to end the level early (in-flight requests are cancelled).
+        stop: set it to abort the level (in-flight requests are cancelled, not measured).
+        finish: set it to end the level early: nothing new is sent, in-flight requests drain.
         progress: live counters, updated in place.
         seed: seed of the open-loop arrival schedule.
     """
     if not prompts:
         raise ValueError("run_level needs at least one prompt")
     level.validate()
-    return await _LevelRun(sender, prompts, level, t0_ns, clock_ns, on_record, stop,
+    return await _LevelRun(sender, prompts, level, t0_ns, clock_ns, on_record, stop, finish,
                            progress or LoadProgress(), seed).run()
 
 
 class _LevelRun:
     def __init__(self, sender: Sender, prompts: Sequence[Prompt], level: LevelSpec, t0_ns: int,
                  clock_ns: Callable[[], int], on_record: OnRecord | None, stop: asyncio.Event | None,
-                 progress: LoadProgress, seed: int) -> None:
+                 finish: asyncio.Event | None, progress: LoadProgress, seed: int) -> None:
         self.sender = sender
         self.prompts = prompts
         self.level = level
@@ -118,6 +141,7 @@ class _LevelRun:
         self.clock_ns = clock_ns
         self.on_record = on_record
         self.stop = stop
+        self.finish = finish
         self.progress = progress
         self.seed = seed
         self.records: list[RequestRecord] = []
@@ -125,6 +149,12 @@ class _LevelRun:
         self._stopping = False
         self._failure: BaseException | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: dict[int, _Pending] = {}
+        self._hung: set[int] = set()
+        self._drain_start_ns: int | None = None
+        self._longest_ns = 0
+        self._deadline_ns: int | None = None
+        self._to_send: int | None = None   # requests the current phase will send at most
 
     def now(self) -> int:
         return self.clock_ns() - self.t0_ns
@@ -160,22 +190,66 @@ class _LevelRun:
         return None if self.level.duration_s is None else start_ns + int(self.level.duration_s * NS)
 
     async def _phase(self, coro: Coroutine[Any, Any, None]) -> None:
-        """Run a phase as a task (so a stop can cancel it) and wait for everything it spawned."""
+        """Run a phase as a task (so a stop can cancel it) and wait for everything it spawned.
+
+        Once nothing more will be sent the phase drains; requests still in flight after the grace
+        period are recorded as hung and cancelled (see the module docstring).
+        """
         self._spawn(coro)
         while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            await asyncio.wait(list(self._tasks), timeout=_DRAIN_POLL_S)
+            if self._tasks and not self._stopping and self._sending_over():
+                self._drain()
+
+    def _finishing(self) -> bool:
+        return self.finish is not None and self.finish.is_set()
+
+    def _sending_over(self) -> bool:
+        if self._finishing():
+            return True
+        if self._deadline_ns is not None and self.now() >= self._deadline_ns:
+            return True
+        return self._to_send is not None and self.progress.sent >= self._to_send
+
+    def _drain(self) -> None:
+        now = self.now()
+        if self._drain_start_ns is None:
+            self._drain_start_ns = now
+            self.progress.draining = True
+        if self._longest_ns == 0:
+            return  # nothing has finished yet: no yardstick for "too long" (the client timeout bounds it)
+        grace_ns = max(GRACE_MIN_S * NS, GRACE_FACTOR * self._longest_ns)
+        if now - self._drain_start_ns < grace_ns:
+            return
+        for index, pending in list(self._pending.items()):
+            self._declare_hung(index, pending, now)
+
+    def _declare_hung(self, index: int, pending: _Pending, now: int) -> None:
+        self._hung.add(index)
+        self.progress.hung += 1
+        age_s = (now - pending.sent_ns) / NS
+        self._deliver(RequestRecord(
+            index=index, worker=pending.worker, scheduled_ns=pending.scheduled_ns, sent_ns=pending.sent_ns,
+            end_ns=now, prompt_tokens=pending.prompt_tokens, error=ErrorClass.HUNG,
+            error_detail=f"no answer {age_s:.1f} s after it was sent (still in flight after the grace period)",
+            warmup=pending.warmup))
+        if pending.task is not None:
+            pending.task.cancel()
 
     async def _closed_loop(self, workers: int, count: int | None, deadline_ns: int | None, *,
                            warmup: bool) -> None:
         start = self.now()
         first_index = self._next_index
+        self._deadline_ns = deadline_ns
+        self._to_send = None if count is None else self.progress.sent + count
+        self._drain_start_ns = None
         for w in range(workers):
             self._spawn(self._worker(w, start, first_index, count, deadline_ns, warmup))
 
     async def _worker(self, worker: int, start_ns: int, first_index: int, count: int | None,
                       deadline_ns: int | None, warmup: bool) -> None:
         scheduled = start_ns
-        while not self._stopping:
+        while not self._stopping and not self._finishing():
             if count is not None and self._next_index - first_index >= count:
                 return
             if deadline_ns is not None and self.now() >= deadline_ns:
@@ -190,11 +264,14 @@ class _LevelRun:
         start = self.now()
         deadline = self._deadline(start)
         count = level.num_requests
+        self._deadline_ns = deadline
+        self._to_send = None if count is None else self.progress.sent + count
+        self._drain_start_ns = None
         bound = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
         arrivals = iter_arrival_offsets_ns(level.rate, burstiness=level.burstiness, seed=self.seed)
         for n, offset in enumerate(arrivals):
             scheduled = start + offset
-            if self._stopping or (count is not None and n >= count):
+            if self._stopping or self._finishing() or (count is not None and n >= count):
                 return
             if deadline is not None and scheduled >= deadline:
                 return
@@ -208,7 +285,7 @@ class _LevelRun:
             await self._send(self._claim(), -1, scheduled_ns, False)
             return
         async with bound:
-            if self._stopping or (deadline_ns is not None and self.now() >= deadline_ns):
+            if self._stopping or self._finishing() or (deadline_ns is not None and self.now() >= deadline_ns):
                 self.progress.unsent += 1
                 return
             await self._send(self._claim(), -1, scheduled_ns, False)
@@ -226,11 +303,15 @@ class _LevelRun:
         p.sent += 1
         p.in_flight += 1
         p.peak_in_flight = max(p.peak_in_flight, p.in_flight)
+        self._pending[index] = _Pending(asyncio.current_task(), worker, scheduled_ns, self.now(),
+                                        prompt.prompt_tokens, warmup)
         try:
             record = await self.sender.send(index=index, prompt=prompt.text, prompt_tokens=prompt.prompt_tokens,
                                             max_tokens=prompt.output_tokens, scheduled_ns=scheduled_ns,
                                             worker=worker, warmup=warmup)
         except asyncio.CancelledError:
+            if index in self._hung:
+                return  # already recorded as hung; the worker ends with it
             p.cancelled += 1
             raise
         except Exception as exc:  # a broken sender ends the level; it must not vanish in a task
@@ -238,9 +319,14 @@ class _LevelRun:
             return
         finally:
             p.in_flight -= 1
+            self._pending.pop(index, None)
+        if index in self._hung:
+            return  # answered after it was declared hung: the hung record stands
         if self._stopping and record.error == ErrorClass.CANCELLED:
             p.cancelled += 1
             return
+        if record.error is None:
+            self._longest_ns = max(self._longest_ns, record.end_ns - record.sent_ns)
         self._deliver(record)
 
     def _deliver(self, record: RequestRecord) -> None:

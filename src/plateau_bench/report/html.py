@@ -24,12 +24,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from plateau_bench.analysis.timeseries import level_series
 from plateau_bench.errors import ConfigError
-from plateau_bench.records import LevelResult
 from plateau_bench.report import plots
-from plateau_bench.report.results import load_requests, load_telemetry
 from plateau_bench.report.tables import COLUMNS, ReportRun, format_cell, load_runs
+from plateau_bench.result import LevelResult
+from plateau_bench.store import kept_attempts, load_requests, load_telemetry
 
 _esc = html.escape
 
@@ -106,30 +108,29 @@ def _run_title(run: ReportRun, index: int, several: bool) -> str:
 
 def _cards(run: ReportRun) -> str:
     cards: list[tuple[str, str, str]] = []
-    plateau, knee = run.marker("plateau"), run.marker("knee")
-    if plateau and isinstance(plateau.get("throughput"), int | float):
-        reached = plateau.get("reached", True)
-        where = f"at C={_fmt(plateau.get('concurrency'))}" if plateau.get("concurrency") is not None else ""
-        cards.append(("plateau", f"{_fmt(plateau['throughput'])} tok/s",
-                      where + ("" if reached else " · not reached (highest so far)")))
-    if knee and knee.get("concurrency") is not None:
-        bracket = knee.get("bracket")
-        detail = (f"between C={_fmt(bracket[0])} and C={_fmt(bracket[1])}"
-                  if isinstance(bracket, list) and len(bracket) == 2 else "")
-        cards.append(("knee", f"C={_fmt(knee['concurrency'])}", detail))
+    plateau, knee = run.result.plateau, run.result.knee
+    if plateau is not None:
+        cards.append(("plateau", f"{_fmt(plateau.throughput)} tok/s",
+                      f"at C={_fmt(plateau.concurrency)}" + ("" if plateau.reached else
+                                                             " · not reached (highest so far)")))
+    if knee is not None:
+        lo, hi = knee.bracket
+        cards.append(("knee", f"C={_fmt(knee.concurrency)}", f"between C={_fmt(lo)} and C={_fmt(hi)}"))
     if run.levels:
         best = max(run.levels, key=lambda lv: lv.output_throughput)
         where = f"C={_fmt(best.concurrency)}" if best.concurrency is not None else best.label
         cards.append(("highest level", f"{_fmt(best.output_throughput)} tok/s", f"{where} · {best.mode}"))
-    slo = run.summary.get("slo")
-    if isinstance(slo, dict) and slo.get("max_concurrency") is not None:
-        bounds = slo.get("bounds")
-        detail = ", ".join(str(b) for b in bounds) if isinstance(bounds, list) else ""
-        cards.append(("within SLO", f"C={_fmt(slo['max_concurrency'])}",
-                      f"{_fmt(slo.get('throughput'))} tok/s · {detail}".strip(" ·")))
+    slo = run.result.slo
+    if slo is not None and slo.max_concurrency is not None:
+        cards.append(("within SLO", f"C={_fmt(slo.max_concurrency)}",
+                      f"{_fmt(slo.throughput)} tok/s · {', '.join(slo.bounds)}".strip(" ·")))
+    failed = sum(lv.failed for lv in run.levels)
+    if failed:
+        hung = sum(lv.hung for lv in run.levels)
+        cards.append(("failed requests", str(failed), f"{hung} hung" if hung else "not counted as throughput"))
     cards.append(("levels", str(len(run.levels)), ", ".join(sorted({lv.mode for lv in run.levels}))))
-    stop = run.summary.get("stop_reason")
-    if isinstance(stop, str) and stop:
+    stop = run.result.stop_reason
+    if stop:
         cards.append(("stopped", "", stop))
     return '<div class="cards">' + "".join(
         f'<div class="card"><div class="k">{_esc(k)}</div>' + (f'<div class="v">{_esc(v)}</div>' if v else "")
@@ -139,15 +140,14 @@ def _cards(run: ReportRun) -> str:
 
 
 def _verdict(run: ReportRun) -> str:
-    v = run.verdict
-    if not v:
+    v = run.result.verdict
+    if v is None:
         return ""
-    badges = "".join(f'<span class="badge">{_esc(label)}: {_esc(str(v[key]).replace("_", " "))}</span>'
-                     for key, label in (("constraint", "constraint"), ("confidence", "confidence"))
-                     if v.get(key))
-    parts = [f'<div class="verdict"><p class="headline">{_esc(str(v.get("headline", "")))}</p>{badges}']
-    for key, title in (("evidence", "Evidence"), ("what_if", "What if"), ("suggestions", "What to try")):
-        body = _list(v.get(key))
+    badges = "".join(f'<span class="badge">{_esc(label)}: {_esc(value.replace("_", " "))}</span>'
+                     for label, value in (("constraint", v.constraint), ("confidence", v.confidence)))
+    parts = [f'<div class="verdict"><p class="headline">{_esc(v.headline)}</p>{badges}']
+    for lines, title in ((v.evidence, "Evidence"), (v.what_if, "What if"), (v.suggestions, "What to try")):
+        body = _list(lines)
         if body:
             parts.append(f"<h4>{title}</h4>{body}")
     parts.append("</div>")
@@ -158,10 +158,11 @@ def workload_differences(runs: Sequence[ReportRun]) -> list[str]:
     """One sentence per workload field whose value differs between runs."""
     if len(runs) < 2:
         return []
-    keys = sorted({k for run in runs for k in run.workload})
+    workloads = [msgspec.to_builtins(run.workload) for run in runs]
+    keys = sorted({k for w in workloads for k in w})
     lines = []
     for key in keys:
-        values = [run.workload.get(key) for run in runs]
+        values = [w.get(key) for w in workloads]
         if any(v != values[0] for v in values[1:]):
             per_run = "; ".join(f"{run.name}: {json.dumps(v) if v is not None else 'not recorded'}"
                                 for run, v in zip(runs, values, strict=True))
@@ -202,8 +203,9 @@ def _level_title(run: ReportRun, lv: LevelResult, several: bool) -> str:
 
 
 def _timeseries(run: ReportRun, index: int, several: bool) -> str:
-    requests = load_requests(run.path)
-    telemetry = load_telemetry(run.path)
+    attempts = kept_attempts(run.result)
+    requests = load_requests(run.path, attempts=attempts)
+    telemetry = load_telemetry(run.path, attempts=attempts)
     figures = []
     for j, lv in enumerate(run.levels):
         series = level_series(requests.get(lv.label, []), telemetry.get(lv.label, []))
@@ -219,8 +221,10 @@ def _timeseries(run: ReportRun, index: int, several: bool) -> str:
 
 
 def _environment(run: ReportRun) -> str:
-    keep = {k: run.summary.get(k) for k in ("kind", "created", "tool", "host", "target", "spec")
-            if run.summary.get(k) not in (None, {}, "")}
+    r = run.result
+    keep = {k: v for k, v in (("kind", r.kind), ("created", r.created), ("tool", msgspec.to_builtins(r.tool)),
+                              ("host", msgspec.to_builtins(r.host)), ("target", msgspec.to_builtins(r.target)),
+                              ("spec", msgspec.to_builtins(r.spec))) if v not in (None, {}, "")}
     return f"<pre>{_esc(json.dumps(keep, indent=2, sort_keys=False, default=str))}</pre>"
 
 
@@ -236,9 +240,9 @@ def render_html(runs: Sequence[ReportRun]) -> str:
         f"<style>{CSS}</style></head><body><main>",
         f"<h1>plateau-bench report: {_esc(names)}</h1>",
     ]
-    created = [str(run.summary.get("created")) for run in runs if run.summary.get("created")]
-    preset = [str(run.spec.get("preset")) for run in runs if run.spec.get("preset")]
-    sub = [f"{len(runs)} runs overlaid" if several else str(runs[0].summary.get("kind") or "run")]
+    created = [run.result.created for run in runs if run.result.created]
+    preset = [p.preset for run in runs for p in (run.result.spec.sim, run.result.spec.twin) if p is not None]
+    sub = [f"{len(runs)} runs overlaid" if several else runs[0].result.kind]
     sub += [f"created {', '.join(created)}"] if created else []
     sub += [f"preset {', '.join(preset)}"] if preset else []
     out.append(f'<p class="sub">{_esc(" · ".join(sub))}</p>')
@@ -246,7 +250,7 @@ def render_html(runs: Sequence[ReportRun]) -> str:
     if diffs:
         out.append('<div class="note"><strong>The runs used different workloads.</strong> '
                    + _list(diffs) + "Compare their curves with this in mind.</div>")
-    out.append("<h2>Verdict</h2>" if any(run.verdict for run in runs) else "<h2>Summary</h2>")
+    out.append("<h2>Verdict</h2>" if any(run.result.verdict for run in runs) else "<h2>Summary</h2>")
     for i, run in enumerate(runs):
         if several:
             out.append(f"<h3>{_run_title(run, i, several)}</h3>")

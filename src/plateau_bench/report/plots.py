@@ -40,8 +40,8 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from plateau_bench.analysis.timeseries import LevelSeries
 from plateau_bench.errors import ConfigError
-from plateau_bench.records import LevelResult
 from plateau_bench.report.tables import ReportRun, x_value
+from plateau_bench.result import LevelResult
 
 PALETTE = ("#1f5fa8", "#d9822b", "#2e8b57", "#8e44ad", "#c0392b", "#5d6d7e", "#b8860b", "#17a2b8")
 INK = "#2d3748"
@@ -156,22 +156,21 @@ def throughput_figure(runs: Sequence[ReportRun], titled: bool = True) -> Figure:
         top = max([top, *(p[1] for p in pts)])
         xs += [p[0] for p in pts]
         _draw_levels(ax, pts, c)
-        plateau, knee = run.marker("plateau"), run.marker("knee")
+        plateau, knee = run.result.plateau, run.result.knee
         prefix = f"{run.name}: " if len(runs) > 1 else ""
-        if plateau and plateau.get("throughput"):
-            y = float(plateau["throughput"])
+        if plateau is not None and plateau.throughput:
+            y = float(plateau.throughput)
             top = max(top, y)
-            reached = plateau.get("reached", True)
+            reached = plateau.reached
             ax.axhline(y, color=c, ls="--", lw=1.1, alpha=0.85, zorder=1)
             label = f"{prefix}plateau {y:,.0f} tok/s" + ("" if reached else " (not reached: highest so far)")
             ax.annotate(label, xy=(0.01, y), xycoords=("axes fraction", "data"), xytext=(0, 4),
                         textcoords="offset points", color=c, fontsize=8.5, va="bottom")
-        if knee and isinstance(knee.get("concurrency"), int | float):
-            kx = float(knee["concurrency"])
-            bracket = knee.get("bracket")
-            if isinstance(bracket, list) and len(bracket) == 2 and all(
-                    isinstance(b, int | float) and b > 0 for b in bracket):
-                ax.axvspan(float(bracket[0]), float(bracket[1]), color=c, alpha=0.07, lw=0, zorder=0)
+        if knee is not None:
+            kx = float(knee.concurrency)
+            lo, hi = knee.bracket
+            if lo > 0 and hi > 0:
+                ax.axvspan(float(lo), float(hi), color=c, alpha=0.07, lw=0, zorder=0)
             ax.axvline(kx, color=c, ls=":", lw=1.3, zorder=1)
             ax.annotate(f"{prefix}knee C={kx:,.0f}", xy=(kx, 0.03), xycoords=("data", "axes fraction"),
                         xytext=(4, 0), textcoords="offset points", color=c, fontsize=8.5, rotation=90,

@@ -1,7 +1,7 @@
 """Level tables for export (Markdown, CSV, JSON) and the run view every report reads.
 
-A ``ReportRun`` is one result directory as the report sees it: its summary (``result.json``),
-its levels as ``LevelResult``, and the sweep's plateau, knee and verdict when they were written.
+A ``ReportRun`` is one result directory as the report sees it: its typed ``ResultFile`` (levels, and
+the sweep's plateau, knee and verdict when they were written).
 The tables only select and format figures from the levels; nothing is recomputed here.
 
 Markdown is for pull requests and chats (one table per run), CSV for spreadsheets (one row per
@@ -20,9 +20,10 @@ from typing import Any
 
 import msgspec
 
-from plateau_bench.errors import ConfigError, ResultsError
-from plateau_bench.records import LevelResult
-from plateau_bench.report.results import load_summary
+from plateau_bench.errors import ConfigError
+from plateau_bench.result import LevelResult, ResultFile
+from plateau_bench.spec import WorkloadSpec
+from plateau_bench.store import load_result
 
 FORMATS = ("md", "csv", "json")
 
@@ -33,42 +34,23 @@ class ReportRun:
 
     name: str
     path: Path
-    summary: dict[str, Any]
-    levels: list[LevelResult]
+    result: ResultFile
 
     @property
-    def spec(self) -> dict[str, Any]:
-        spec = self.summary.get("spec")
-        return spec if isinstance(spec, dict) else {}
+    def levels(self) -> list[LevelResult]:
+        return self.result.levels
 
     @property
-    def workload(self) -> dict[str, Any]:
-        workload = self.spec.get("workload")
-        return workload if isinstance(workload, dict) else {}
-
-    def marker(self, key: str) -> dict[str, Any] | None:
-        """The sweep's ``plateau`` or ``knee`` object, when present and well formed."""
-        value = self.summary.get(key)
-        if not isinstance(value, dict) or not isinstance(value.get("throughput", 0), int | float):
-            return None
-        return value
-
-    @property
-    def verdict(self) -> dict[str, Any] | None:
-        value = self.summary.get("verdict")
-        return value if isinstance(value, dict) else None
+    def workload(self) -> WorkloadSpec:
+        return self.result.spec.workload
 
 
 def load_report_run(path: str | Path) -> ReportRun:
     """Load one result directory; ``ResultsError`` (one line) when it holds no usable results."""
     p = Path(path)
-    summary = load_summary(p)
-    try:
-        levels = [msgspec.convert(lv, LevelResult) for lv in summary.get("levels", [])]
-    except msgspec.ValidationError as exc:
-        raise ResultsError(f"{p}: a level in result.json is malformed: {exc}") from None
+    result = load_result(p)
     name = (p if p.is_dir() else p.parent).resolve().name
-    return ReportRun(name=name, path=p, summary=summary, levels=levels)
+    return ReportRun(name=name, path=p, result=result)
 
 
 def x_value(level: LevelResult) -> float | None:
@@ -88,6 +70,7 @@ COLUMNS: list[Column] = [
     ("concurrency", lambda lv: lv.concurrency, 0),
     ("ok", lambda lv: lv.completed, 0),
     ("failed", lambda lv: lv.failed, 0),
+    ("hung", lambda lv: lv.hung, 0),
     ("output_tok_s", lambda lv: lv.output_throughput, 1),
     ("total_tok_s", lambda lv: lv.total_throughput, 1),
     ("peak_output_tok_s", lambda lv: lv.peak_output_throughput, 1),
@@ -149,10 +132,10 @@ def to_json(runs: Sequence[ReportRun]) -> str:
             {
                 "name": run.name,
                 "path": str(run.path),
-                "kind": run.summary.get("kind"),
-                "plateau": run.marker("plateau"),
-                "knee": run.marker("knee"),
-                "stop_reason": run.summary.get("stop_reason"),
+                "kind": run.result.kind,
+                "plateau": msgspec.to_builtins(run.result.plateau),
+                "knee": msgspec.to_builtins(run.result.knee),
+                "stop_reason": run.result.stop_reason,
                 "levels": [level_row(lv) for lv in run.levels],
             }
             for run in runs
@@ -179,5 +162,5 @@ def load_runs(run_dirs: Sequence[str | Path]) -> list[ReportRun]:
     for run in runs:
         n = seen.get(run.name, 0)
         seen[run.name] = n + 1
-        named.append(run if n == 0 else ReportRun(f"{run.name} ({n + 1})", run.path, run.summary, run.levels))
+        named.append(run if n == 0 else ReportRun(f"{run.name} ({n + 1})", run.path, run.result))
     return named

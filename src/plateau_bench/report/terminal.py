@@ -1,19 +1,21 @@
-"""Terminal renderables: the level table, the summary sentence and the verdict.
+"""Terminal renderables: the level table, the seed-style lines, the summary sentence and the verdict.
 
 Objects here describe output; the console that writes them is the caller's (tests render them to a
-fixed-width console and compare strings). Nothing here computes a metric.
+fixed-width console and compare strings). Nothing here computes a metric: every figure is read from
+the typed result (``plateau_bench.result``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from rich import box
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from plateau_bench.records import Latency, LevelResult
+from plateau_bench.analysis.open_loop import LATENCY_DEPARTURE
+from plateau_bench.result import Knee, Latency, LevelResult, Plateau, RateSummary, ResultFile, Verdict
 
 
 def _lat(v: float | None) -> str:
@@ -36,56 +38,70 @@ def level_key(level: LevelResult) -> str:
     return level.label
 
 
+def failures_by_class(level: LevelResult) -> str:
+    """``hung 3, truncated 2`` (most frequent first); empty when nothing failed."""
+    return ", ".join(f"{name} {n}" for name, n in sorted(level.errors.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def seed_line(level: LevelResult) -> str:
+    """The line users already know from the classic benchmark scripts (failures by class appended)."""
+    e2e = level.e2e_ms
+
+    def s(v: float | None) -> str:
+        return f"{v / 1000:6.2f}" if v is not None else "     -"
+
+    head = f"C={level.concurrency:>5}" if level.concurrency is not None else f"{level.label:>7}"
+    line = (f"{head} | {level.completed}/{level.num_requests} ok ({level.failed} err) | wall={level.wall_s:7.1f}s | "
+            f"{level.output_throughput:8.1f} tok/s | lat avg={s(e2e.mean)} p50={s(e2e.p50)} p99={s(e2e.p99)}")
+    if level.failed:
+        line += f" | failed: {failures_by_class(level)}"
+    return line
+
+
 def level_table(levels: Sequence[LevelResult], *, title: str | None = None) -> Table:
-    """One row per level, in the order measured, sorted by concurrency."""
+    """One row per level, sorted by concurrency (then rate); failures by class when any failed."""
     burst = any(lv.mode == "burst" for lv in levels)
+    any_failed = any(lv.failed for lv in levels)
     table = Table(title=title, title_justify="left", header_style="bold", pad_edge=False, box=box.SIMPLE_HEAD)
-    for name in ("level", "ok/err", "out tok/s", "gain", "TTFT p50/p99", "TPOT p50/p99", "E2E p50/p99",
-                 "achieved C", "decoding C"):
-        table.add_column(name, justify="right", no_wrap=True)
+    names = ["level", "ok/err", "out tok/s", "gain", "TTFT p50/p99", "TPOT p50/p99", "E2E p50/p99",
+             "achieved C", "decoding C"] + (["failed by class"] if any_failed else [])
+    for name in names:
+        table.add_column(name, justify="left" if name == "failed by class" else "right", no_wrap=True)
     ordered = sorted(levels, key=lambda lv: (lv.concurrency or 0, lv.rate or 0.0))
     prev: LevelResult | None = None
     for lv in ordered:
         gain = ""
         if prev is not None and prev.output_throughput > 0:
             gain = f"{lv.output_throughput / prev.output_throughput - 1:+.1%}"
-        style = "red" if lv.level_failed else None
-        table.add_row(
-            level_key(lv) + (" (burst)" if burst and lv.mode == "burst" else ""),
-            f"{lv.completed}/{lv.failed}",
-            f"{lv.output_throughput:,.1f}",
-            gain,
-            _pair(lv.ttft_ms),
-            _pair(lv.tpot_ms),
-            _pair(lv.e2e_ms),
-            f"{lv.achieved_concurrency:,.1f}",
-            f"{lv.decoding_concurrency:,.1f}",
-            style=style,
-        )
+        cells = [level_key(lv) + (" (burst)" if burst and lv.mode == "burst" else ""),
+                 f"{lv.completed}/{lv.failed}", f"{lv.output_throughput:,.1f}", gain, _pair(lv.ttft_ms),
+                 _pair(lv.tpot_ms), _pair(lv.e2e_ms), f"{lv.achieved_concurrency:,.1f}",
+                 f"{lv.decoding_concurrency:,.1f}"]
+        if any_failed:
+            cells.append(failures_by_class(lv))
+        table.add_row(*cells, style="red" if lv.level_failed else None)
         prev = lv
     return table
 
 
-def summary_sentence(levels: Sequence[LevelResult], plateau: Mapping[str, Any] | None,
-                     knee: Mapping[str, Any] | None) -> str:
+def summary_sentence(levels: Sequence[LevelResult], plateau: Plateau | None, knee: Knee | None) -> str:
     """``Plateau: ~3,990 tok/s from C=256 (knee C~206). C=1024 adds +0.9 % ... for 4.0x the p50 latency.``"""
-    if not plateau or not plateau.get("throughput"):
+    if plateau is None or not plateau.throughput:
         if not levels:
             return "No levels measured."
         best = max(levels, key=lambda lv: lv.output_throughput)
         return (f"No plateau yet: throughput still grows (best {best.output_throughput:,.0f} tok/s at "
                 f"{level_key(best)}).")
-    start_c = plateau.get("concurrency")
-    text = f"Plateau: ~{plateau['throughput']:,.0f} tok/s from C={start_c}"
-    if knee and knee.get("concurrency"):
-        lo, hi = (knee.get("bracket") or [None, None])[:2]
-        bracket = f", between C={lo} and C={hi}" if lo is not None and hi is not None and lo != hi else ""
-        text += f" (knee C~{knee['concurrency']:.0f}{bracket})"
-    if not plateau.get("reached"):
+    text = f"Plateau: ~{plateau.throughput:,.0f} tok/s from C={plateau.concurrency}"
+    if knee is not None and knee.concurrency:
+        lo, hi = knee.bracket
+        bracket = f", between C={lo} and C={hi}" if lo != hi else ""
+        text += f" (knee C~{knee.concurrency:.0f}{bracket})"
+    if not plateau.reached:
         text += " [proposed, not confirmed]"
     text += "."
     by_c = {lv.concurrency: lv for lv in levels if lv.concurrency}
-    base = by_c.get(int(start_c)) if start_c is not None else None
+    base = by_c.get(plateau.concurrency)
     top = by_c[max(by_c)] if by_c else None
     if base and top and top is not base and base.output_throughput > 0 and base.e2e_ms.p50 and top.e2e_ms.p50:
         gain = top.output_throughput / base.output_throughput - 1
@@ -95,19 +111,81 @@ def summary_sentence(levels: Sequence[LevelResult], plateau: Mapping[str, Any] |
     return text
 
 
-def verdict_text(verdict: Mapping[str, Any]) -> Text:
+def rate_sentence(summary: RateSummary) -> str:
+    def r(v: float | None) -> str:
+        return f"{v:.2f} req/s" if v is not None else "n/a"
+
+    parts = []
+    if summary.synchronous_rate is not None:
+        parts.append(f"Synchronous rate {r(summary.synchronous_rate)}, maximum throughput {r(summary.max_rate)}.")
+    parts.append(f"Latency departs from its low-load value (E2E p50 x{LATENCY_DEPARTURE:g}) at "
+                 f"{r(summary.departure_rate)}." if summary.departure_rate is not None
+                 else "Latency stayed near its low-load value at every rate measured.")
+    return " ".join(parts)
+
+
+def verdict_text(verdict: Verdict) -> Text:
     out = Text()
     out.append("Verdict: ", style="bold")
-    out.append(f"{verdict.get('headline', '?')}", style="bold yellow")
-    out.append(f" ({verdict.get('confidence', '?')} confidence)\n")
-    for line in verdict.get("evidence", []):
+    out.append(verdict.headline, style="bold yellow")
+    out.append(f" ({verdict.confidence} confidence)\n")
+    for line in verdict.evidence:
         out.append(f"  - {line}\n")
-    for line in verdict.get("what_if", []):
+    for line in verdict.what_if:
         out.append("  What if: ", style="bold")
         out.append(f"{line}\n")
-    for line in verdict.get("suggestions", []):
+    for line in verdict.suggestions:
         out.append("  Try: ", style="bold")
-        line = line[4:] if line.startswith("try ") else line
-        out.append(f"{line}\n")
+        out.append(f"{line[4:] if line.startswith('try ') else line}\n")
     out.rstrip()
     return out
+
+
+def _plain(text: str) -> Text:
+    return Text(text)
+
+
+def level_notes(levels: Sequence[LevelResult]) -> list[str]:
+    return [f"{level_key(lv)}: {note}" for lv in levels for note in lv.notes]
+
+
+def sweep_report(result: ResultFile, out_dir: str | None) -> RenderableType:
+    """Everything ``plateau sweep`` prints at the end, in order."""
+    levels = result.levels
+    parts: list[RenderableType] = [_plain(seed_line(lv)) for lv in sorted(
+        levels, key=lambda lv: (lv.concurrency or 0, lv.rate or 0.0))]
+    if result.rate_sweep is not None:
+        parts.append(level_table(levels, title="open-loop rate sweep"))
+        parts.append(_plain(rate_sentence(result.rate_sweep)))
+    else:
+        burst = any(lv.mode == "burst" for lv in levels)
+        parts.append(level_table(levels, title=f"{len(levels)} levels" +
+                                 (" (burst mode: num-requests = C)" if burst else "")))
+        parts.append(_plain(summary_sentence(levels, result.plateau, result.knee)))
+    if result.slo is not None:
+        parts.append(_plain(f"SLO {', '.join(result.slo.bounds)}: met up to C={result.slo.max_concurrency}"))
+    parts.extend(_plain(f"Note: {n}") for n in level_notes(levels))
+    if result.stop_reason:
+        parts.append(_plain(f"Stopped: {result.stop_reason}"))
+    if result.verdict is not None:
+        parts.append(verdict_text(result.verdict))
+    if out_dir is not None:
+        parts.append(_plain(f"results: {out_dir}"))
+    return Group(*parts)
+
+
+def run_report(result: ResultFile, out_dir: str | None) -> RenderableType:
+    """What ``plateau run`` prints: the level, its failures, and a verdict only when it found a problem."""
+    parts: list[RenderableType] = []
+    for lv in result.levels:
+        parts.append(_plain(seed_line(lv)))
+        parts.append(level_table([lv]))
+        if lv.level_failed:
+            parts.append(Text(f"level failed: {lv.failed}/{lv.num_requests} requests failed, mostly "
+                              f"{lv.dominant_error}", style="red"))
+    parts.extend(_plain(f"Note: {n}") for n in level_notes(result.levels))
+    if result.verdict is not None and result.verdict.constraint in ("load_generator", "errors"):
+        parts.append(verdict_text(result.verdict))
+    if out_dir is not None:
+        parts.append(_plain(f"results: {out_dir}"))
+    return Group(*parts)

@@ -5,10 +5,11 @@ questions with the same search a real sweep would run.
 
 Steady levels end the way the HTTP runner ends them: the level is simulated up to the longest
 allowed time, then the precision rule is replayed every ``check_s`` of virtual time on the records
-finished by then; at the first check where it is satisfied the level is cut, requests still in
-flight are dropped (as a stopped HTTP level cancels them), and that moment is the level's cost in
-benchmark seconds. Without a precision rule a steady level lasts ``steady_s``, or four end-to-end
-latencies of the previous level scaled to this concurrency, whichever is longer.
+finished by then; at the first check where it is satisfied nothing more is sent: requests sent after
+that moment are dropped, those in flight drain (as a finished HTTP level lets them), and the end of
+the drain is the level's cost in benchmark seconds. Without a precision rule a steady level lasts its
+own duration or, when it has none, ``steady_s`` or four end-to-end latencies of the previous level
+scaled to this concurrency, whichever is longer.
 """
 
 from __future__ import annotations
@@ -18,18 +19,15 @@ from collections.abc import Callable
 import msgspec
 import numpy as np
 
-from plateau_bench.analysis.convergence import PrecisionRule
-from plateau_bench.analysis.metrics import compute_level
+from plateau_bench.level_run import LevelRun, StopRule
 from plateau_bench.records import RequestRecord
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.level import simulate_level
 from plateau_bench.spec import LevelSpec, WorkloadSpec
-from plateau_bench.sweep import LevelOutcome
-
-NS = 1_000_000_000
+from plateau_bench.units import NS
 
 
-def replay_precision(records: list[RequestRecord], rule: PrecisionRule, workers: int,
+def replay_precision(records: list[RequestRecord], rule: StopRule, workers: int,
                      check_s: float = 0.5) -> float | None:
     """The first check time (s) at which ``rule`` would have stopped the level, else None.
 
@@ -66,31 +64,44 @@ class VirtualLevelRunner:
         self._last: tuple[int, float] | None = None   # (concurrency, e2e p50 s) of the previous level
 
     async def run_level(self, level: LevelSpec, *, label: str, on_record: Callable[[RequestRecord], None] | None,
-                        precision: PrecisionRule | None) -> LevelOutcome:
+                        stop_rule: StopRule | None) -> LevelRun:
+        level = self._sized(level, stop_rule)
+        result = simulate_level(self.config, level, self.workload, chunks=self.chunks)
+        records = result.records
         cut_s: float | None = None
-        if level.mode == "rate" and precision is not None:
-            level = msgspec.structs.replace(level, duration_s=precision.max_s)
-        if level.mode == "steady":
-            if precision is not None:
-                duration = precision.max_s
-            else:
-                duration = self.steady_s
-                if self._last is not None and level.concurrency:
-                    c, e2e = self._last
-                    duration = max(duration, 4 * e2e * max(1.0, level.concurrency / c))
-            level = msgspec.structs.replace(level, duration_s=duration)
-        records = simulate_level(self.config, level, self.workload, chunks=self.chunks).records
-        if level.mode != "burst" and precision is not None:
-            cut_s = replay_precision(records, precision, level.concurrency or 1, self.check_s)
+        if level.mode != "burst" and stop_rule is not None:
+            cut_s = replay_precision(records, stop_rule, level.concurrency or 1, self.check_s)
             if cut_s is not None:
-                records = [r for r in records if r.end_ns <= cut_s * NS]
+                records = [r for r in records if r.sent_ns <= cut_s * NS]
         if on_record:
             for r in records:
                 on_record(r)
-        lv = compute_level(records, label=label, mode=level.mode, concurrency=level.concurrency, rate=level.rate)
-        spent = cut_s if cut_s is not None else lv.wall_s
-        lv.extra["virtual_seconds"] = spent
+        spent = _spent_s(records)
         self.virtual_seconds += spent
-        if lv.concurrency and lv.e2e_ms.p50:
-            self._last = (lv.concurrency, lv.e2e_ms.p50 / 1000)
-        return LevelOutcome(lv, records, benchmark_s=spent)
+        self._remember(level, records)
+        return LevelRun(level=level, label=label, records=records, benchmark_s=spent,
+                        sim_preemptions=result.state.preemptions, sim_virtual_end_s=result.state.now)
+
+    def _sized(self, level: LevelSpec, stop_rule: StopRule | None) -> LevelSpec:
+        """The level with the duration it is simulated for."""
+        if level.mode == "burst":
+            return level
+        if stop_rule is not None:
+            return msgspec.structs.replace(level, duration_s=stop_rule.max_s)
+        if level.mode != "steady" or level.duration_s is not None:
+            return level
+        duration = self.steady_s
+        if self._last is not None and level.concurrency:
+            c, e2e = self._last
+            duration = max(duration, 4 * e2e * max(1.0, level.concurrency / c))
+        return msgspec.structs.replace(level, duration_s=duration)
+
+    def _remember(self, level: LevelSpec, records: list[RequestRecord]) -> None:
+        ok = [(r.end_ns - r.sent_ns) / NS for r in records if r.error is None and not r.warmup]
+        if level.concurrency and ok:
+            self._last = (level.concurrency, float(np.median(ok)))
+
+
+def _spent_s(records: list[RequestRecord]) -> float:
+    """Virtual seconds from the level start to its last answer."""
+    return max((r.end_ns for r in records), default=0) / NS

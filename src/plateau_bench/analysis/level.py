@@ -1,0 +1,78 @@
+"""One level's result from its raw run: the single place a ``LevelRun`` becomes a ``LevelResult``.
+
+Both runners (real HTTP and the twin in virtual time) hand their raw records and samples here, so a
+level measured either way is analysed identically: request metrics over the measurement window
+(``metrics``), the server's telemetry and the GPUs over the same window (``telemetry.summary``), and
+the load generator's health (``health``). Notes say what happened to the level itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+from plateau_bench.analysis.health import summarize_health
+from plateau_bench.analysis.metrics import Window, compute_level, full_window, steady_window
+from plateau_bench.level_run import LevelRun
+from plateau_bench.result import LevelResult, ServerTelemetry, SimLevelInfo
+from plateau_bench.telemetry.summary import summarize as summarize_telemetry
+
+_TELEMETRY_FIELDS = frozenset(ServerTelemetry.__struct_fields__) - {"engine", "samples", "raw"}
+
+
+def server_telemetry(values: Mapping[str, float], engine: str | None) -> ServerTelemetry:
+    """Flat summary values as the typed record: known quantities in fields, the rest in ``raw``."""
+    known = {k: float(v) for k, v in values.items() if k in _TELEMETRY_FIELDS}
+    raw = {k: float(v) for k, v in values.items() if k not in _TELEMETRY_FIELDS and k != "samples"}
+    return ServerTelemetry(engine=engine, samples=int(values.get("samples", 0)), raw=raw, **known)
+
+
+def _telemetry(run: LevelRun, window: Window) -> ServerTelemetry:
+    values: dict[str, float] = {}
+    engine = run.engine
+    if run.server_samples:
+        summary = summarize_telemetry(run.server_samples, window.start_ns, window.end_ns)
+        values.update(summary.values)
+        engine = summary.engine or engine
+    if run.gpu_samples:
+        gpu = summarize_telemetry(run.gpu_samples, window.start_ns, window.end_ns).values
+        values.update({k: v for k, v in gpu.items() if k != "samples"})
+    return server_telemetry(values, engine)
+
+
+def _notes(run: LevelRun, result: LevelResult) -> list[str]:
+    notes = list(run.notes)
+    if result.hung:
+        notes.append(f"{result.hung} request(s) still unanswered after the level's grace period: counted as "
+                     "hung failures")
+    if run.cut_off_at_stop:
+        notes.append(f"{run.cut_off_at_stop} request(s) in flight were cut off when the level was aborted")
+    if run.target_gone:
+        notes.append("stopped: connections refused again and again, the target is gone")
+    return notes
+
+
+def build_level(run: LevelRun) -> LevelResult:
+    """Every figure of one level from its raw run (pure)."""
+    level = run.level
+    window = steady_window(run.records) if level.mode == "steady" else full_window(run.records)
+    result = compute_level(run.records, label=run.label, mode=level.mode, concurrency=level.concurrency,
+                           rate=level.rate, window=window)
+    sim = (SimLevelInfo(preemptions=run.sim_preemptions or 0, virtual_end_s=run.sim_virtual_end_s or 0.0)
+           if run.sim_preemptions is not None else None)
+    result = msgspec.structs.replace(
+        result,
+        started_at=run.started_at,
+        t0_monotonic_ns=run.t0_monotonic_ns,
+        telemetry=_telemetry(run, window),
+        client=summarize_health(run.health_samples, window.start_ns, window.end_ns),
+        gpu_note=None if run.gpu_samples else run.gpu_note,
+        benchmark_s=run.benchmark_s,
+        cut_off_at_stop=run.cut_off_at_stop,
+        sim=sim,
+    )
+    result.notes = _notes(run, result)
+    if run.target_gone:
+        result.level_failed = True
+    return result

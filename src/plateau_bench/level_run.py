@@ -1,0 +1,76 @@
+"""What running one load level yields, before any statistic: the contract between runners and analysis.
+
+A runner (real HTTP in ``driver.runner``, virtual time in ``sim.runner``) drives one level and returns
+a ``LevelRun``: the request records, the telemetry and load-generator samples, and what happened to
+the level itself (stopped early, requests left hanging, the target gone). It computes nothing: one
+pure function, ``analysis.level.build_level``, turns a ``LevelRun`` into a ``LevelResult`` for both.
+
+A steady level may end as soon as its estimate is precise enough. That rule is the analysis's, so the
+sweep passes it in as a ``StopRule``; the runner only asks it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import msgspec
+
+from plateau_bench.records import RequestRecord
+from plateau_bench.spec import LevelSpec
+from plateau_bench.telemetry.samples import TelemetrySample
+
+
+class HealthSample(msgspec.Struct, frozen=True, kw_only=True):
+    """One reading of the load generator's own health (``source: "client"`` in telemetry.jsonl)."""
+
+    t_ns: int
+    cpu_pct: float
+    loop_lag_ms: float
+    in_flight: int | None = None
+    source: str = "client"
+
+
+class LevelRun(msgspec.Struct, kw_only=True):
+    """The raw outcome of one level (times relative to ``t0_monotonic_ns``)."""
+
+    level: LevelSpec
+    label: str
+    records: list[RequestRecord]
+    server_samples: list[TelemetrySample] = msgspec.field(default_factory=list)
+    gpu_samples: list[TelemetrySample] = msgspec.field(default_factory=list)
+    health_samples: list[HealthSample] = msgspec.field(default_factory=list)
+    started_at: str | None = None         # wall clock, UTC, ISO 8601
+    t0_monotonic_ns: int | None = None
+    cut_off_at_stop: int = 0              # cancelled by an abort (Ctrl-C, the target gone)
+    target_gone: bool = False             # ended after too many refused connections in a row
+    engine: str | None = None             # what /metrics identified
+    gpu_note: str | None = None           # why local GPU telemetry is absent
+    benchmark_s: float | None = None      # seconds of load spent (virtual time for the twin)
+    sim_preemptions: int | None = None
+    sim_virtual_end_s: float | None = None
+    notes: list[str] = msgspec.field(default_factory=list)
+
+
+class StopRule(Protocol):
+    """Decides when a steady or open-loop level has been measured long enough."""
+
+    @property
+    def precision(self) -> float: ...
+
+    @property
+    def max_s(self) -> float: ...
+
+    def ci_rel(self, records: Sequence[RequestRecord], *, workers: int,
+               complete_until_ns: int) -> float | None: ...
+
+    def done(self, records: Sequence[RequestRecord], *, elapsed_s: float, workers: int,
+             complete_until_ns: int) -> bool: ...
+
+
+class LevelRunner(Protocol):
+    """Runs one level; per-request failures are on the records, never raised."""
+
+    async def run_level(self, level: LevelSpec, *, label: str,
+                        on_record: Callable[[RequestRecord], None] | None,
+                        stop_rule: StopRule | None) -> LevelRun: ...

@@ -1,0 +1,313 @@
+"""The result tree: every figure plateau-bench saves or prints, as one typed msgspec structure.
+
+``ResultFile`` is ``result.json``: what was run (``RunSpec``), against what (``TargetRecord``), one
+``LevelResult`` per finished level, and for sweeps the plateau, knee, stop reason, SLO capacity and
+verdict. The analysis builds these types, the store writes and reads them, the presentation only
+formats them: no layer passes dicts to another.
+
+The published JSON Schema (``schema/result.schema.json``) is generated from these types by
+``plateau schema`` and checked against them in the tests, so a change to a field is a deliberate,
+versioned one (``SCHEMA_VERSION``). Field names are a contract: scripts read them.
+
+Version history:
+  1  first release (levels carried ``extra``/``telemetry``/``client`` as free-form maps)
+  2  explicit fields for every level note and telemetry figure; plateau/knee/verdict typed and
+     ``null`` when absent; failures by class (``hung`` apart), tokens lost to failures, attempts
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from plateau_bench.spec import LevelSpec, WorkloadSpec
+
+SCHEMA_VERSION = 2
+
+ResultKind = Literal["run", "sweep", "sim", "import"]
+Confidence = Literal["high", "medium", "low"]
+
+
+class Latency(msgspec.Struct, frozen=True, kw_only=True):
+    """Summary of one latency metric over a level, in milliseconds."""
+
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    max: float | None = None
+    count: int = 0
+
+
+class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """The load generator's own health over a level's window (see ``analysis.health``)."""
+
+    cpu_pct_mean: float | None = None      # this process, % of one core
+    cpu_pct_max: float | None = None
+    loop_lag_ms_mean: float | None = None  # how late the event loop woke up
+    loop_lag_ms_p99: float | None = None
+    loop_lag_ms_max: float | None = None
+    in_flight_mean: float | None = None    # requests the client held open
+    in_flight_max: float | None = None
+    samples: int = 0
+
+
+class ServerTelemetry(msgspec.Struct, frozen=True, kw_only=True):
+    """The server's ``/metrics`` (and GPU) figures over a level's window (see ``telemetry.summary``).
+
+    Gauges give ``_mean``/``_min``/``_max`` (time-weighted), counters ``_delta`` and ``_rate`` (per s),
+    stated quantities their last value. ``raw`` keeps the engine-specific and per-GPU quantities
+    under their canonical key (``swapped_mean``, ``gpu0_power_w_mean``, ...).
+    """
+
+    engine: str | None = None
+    running_mean: float | None = None
+    running_min: float | None = None
+    running_max: float | None = None
+    waiting_mean: float | None = None
+    waiting_min: float | None = None
+    waiting_max: float | None = None
+    kv_usage_mean: float | None = None
+    kv_usage_min: float | None = None
+    kv_usage_max: float | None = None
+    preemptions_delta: float | None = None
+    preemptions_rate: float | None = None
+    prompt_tokens_delta: float | None = None
+    prompt_tokens_rate: float | None = None
+    generation_tokens_delta: float | None = None
+    generation_tokens_rate: float | None = None
+    cap: float | None = None
+    kv_capacity_tokens: float | None = None
+    gpu_power_w_mean: float | None = None
+    gpu_power_w_max: float | None = None
+    gpu_util_pct_mean: float | None = None
+    gpu_util_pct_max: float | None = None
+    samples: int = 0
+    raw: dict[str, float] = msgspec.field(default_factory=dict)
+
+
+class SimLevelInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What the simulated engine itself recorded for a level run in virtual time."""
+
+    preemptions: int = 0
+    virtual_end_s: float = 0.0
+
+
+class LevelResult(msgspec.Struct, kw_only=True):
+    """Every metric of one load level. Keys are a contract: scripts read them from result.json."""
+
+    label: str
+    mode: str                      # "burst" | "steady" | "rate"
+    concurrency: int | None = None
+    rate: float | None = None
+    phase: str | None = None       # why the sweep measured it: grow | confirm | refine | grid | ...
+    attempt: int = 1               # re-measured levels (resume) count up; only the last is kept
+    started_at: str | None = None  # wall clock (UTC, ISO 8601) when the level's load began
+    t0_monotonic_ns: int | None = None   # the monotonic origin its relative times use
+    num_requests: int = 0          # requests sent (warm-up excluded): completed + failed + hung
+    completed: int = 0
+    failed: int = 0                # failed by class (``errors``), hung included
+    hung: int = 0                  # still in flight after the level's grace period
+    errors: dict[str, int] = msgspec.field(default_factory=dict)
+    dominant_error: str | None = None
+    level_failed: bool = False
+    token_mismatches: int = 0      # requests whose usage report claimed more tokens than streamed
+    duration_s: float = 0.0        # length of the measurement window
+    wall_s: float = 0.0            # first send to last end, whole level
+    window_start_s: float = 0.0
+    window_end_s: float = 0.0
+    window_note: str = ""
+    notes: list[str] = msgspec.field(default_factory=list)
+    output_tokens: int = 0         # successful requests only
+    input_tokens: int = 0
+    failed_output_tokens: int = 0  # tokens streamed by requests that then failed: not throughput
+    output_throughput: float = 0.0
+    total_throughput: float = 0.0
+    peak_output_throughput: float = 0.0
+    request_throughput: float = 0.0
+    achieved_concurrency: float = 0.0
+    decoding_concurrency: float = 0.0
+    peak_in_flight: int = 0
+    peak_decoding: int = 0         # most requests simultaneously past their first token
+    ttft_ms: Latency = msgspec.field(default_factory=Latency)
+    tpot_ms: Latency = msgspec.field(default_factory=Latency)
+    itl_ms: Latency = msgspec.field(default_factory=Latency)
+    e2e_ms: Latency = msgspec.field(default_factory=Latency)
+    send_lag_ms: Latency = msgspec.field(default_factory=Latency)
+    connect_ms: Latency = msgspec.field(default_factory=Latency)
+    token_source: str = "usage"
+    throughput_ci_rel: float | None = None   # half-width of the 95 % CI on output tok/s, relative
+    gain: float | None = None                # output tok/s over the previous lower level's, minus 1
+    cut_off_at_stop: int = 0                 # requests cancelled when the level was stopped
+    telemetry: ServerTelemetry = msgspec.field(default_factory=ServerTelemetry)
+    client: ClientHealth = msgspec.field(default_factory=ClientHealth)
+    gpu_note: str | None = None              # why local GPU telemetry is absent
+    benchmark_s: float | None = None         # seconds of load spent (virtual time for the twin)
+    sim: SimLevelInfo | None = None
+
+
+class Plateau(msgspec.Struct, frozen=True):
+    throughput: float
+    concurrency: int               # first level on the plateau
+    reached: bool                  # confirmed by two flat doublings
+    levels: tuple[int, ...] = ()
+
+
+class Knee(msgspec.Struct, frozen=True):
+    concurrency: float             # interpolated
+    throughput: float              # knee_fraction * plateau
+    bracket: tuple[int, int]       # measured levels around it
+    reached: bool
+
+
+class Verdict(msgspec.Struct):
+    """Why throughput stopped growing: the binding constraint, its evidence, what to try."""
+
+    constraint: str    # load_generator | errors | admission_cap | kv_capacity | compute | not_saturated | ...
+    headline: str
+    confidence: Confidence
+    evidence: list[str] = msgspec.field(default_factory=list)
+    what_if: list[str] = msgspec.field(default_factory=list)
+    suggestions: list[str] = msgspec.field(default_factory=list)
+    estimated_cap: int | None = None
+    predicted_throughput_doubled_cap: float | None = None
+
+
+class SloSummary(msgspec.Struct, frozen=True, kw_only=True):
+    bounds: list[str]
+    max_concurrency: int | None = None
+    throughput: float | None = None
+
+
+class RateSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """An open-loop sweep: the rate range offered and where latency departs from its idle value."""
+
+    synchronous_rate: float | None = None
+    max_rate: float | None = None
+    rates: list[float] = msgspec.field(default_factory=list)
+    departure_rate: float | None = None
+    low_load_e2e_p50_ms: float | None = None
+
+
+class SearchSettings(msgspec.Struct, frozen=True, kw_only=True):
+    start: int = 1
+    max_concurrency: int = 4096
+    plateau_gain: float = 0.05
+    knee_fraction: float = 0.95
+    refine_steps: int = 3
+
+
+class SweepSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The sweep as asked for (closed loop: a grid or the adaptive search; open loop: rates)."""
+
+    mode: str = "steady"                      # steady | burst | rate
+    concurrencies: list[int] | None = None    # a fixed grid; None = adaptive search
+    rates: list[float] | None = None          # open loop: given rates; None with mode rate = auto
+    throughput_concurrency: int | None = None
+    rate_steps: int | None = None
+    burstiness: float | None = None
+    search: SearchSettings = msgspec.field(default_factory=SearchSettings)
+    precision: float = 0.02
+    min_level_s: float = 5.0
+    max_level_s: float = 60.0
+    warmup: int = 0
+    slo: list[str] = msgspec.field(default_factory=list)
+    budget_s: float | None = None
+    max_error_rate: float = 0.2
+
+
+class TargetPublic(msgspec.Struct, frozen=True, kw_only=True):
+    """The target as given, credentials redacted."""
+
+    url: str
+    model: str | None = None
+    endpoint: str = "completions"
+    api_key: str | None = None
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    timeout_s: float = 600.0
+
+
+class TwinInfo(msgspec.Struct, frozen=True, kw_only=True):
+    preset: str
+    speed: float = 1.0
+
+
+class SimSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """``plateau sim``: the engine preset and the levels simulated in virtual time."""
+
+    preset: str
+    mode: str = "burst"
+    overrides: dict[str, float] = msgspec.field(default_factory=dict)
+    engine: dict[str, object] = msgspec.field(default_factory=dict)
+    concurrency: list[int] = msgspec.field(default_factory=list)
+    num_requests: int | None = None
+    duration_s: float | None = None
+
+
+class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What was run: the workload and the load (one level, a sweep, or a simulation)."""
+
+    target: TargetPublic | None = None
+    workload: WorkloadSpec = msgspec.field(default_factory=WorkloadSpec)
+    prompt_tokens_source: str | None = None
+    prompt_accuracy: dict[str, object] = msgspec.field(default_factory=dict)
+    twin: TwinInfo | None = None
+    sweep: SweepSettings | None = None
+    level: LevelSpec | None = None
+    sim: SimSpec | None = None
+
+
+class TargetRecord(msgspec.Struct, kw_only=True):
+    """What the target turned out to be (discovered before the load, engine from ``/metrics``)."""
+
+    url: str | None = None
+    model: str | None = None
+    models: list[str] = msgspec.field(default_factory=list)
+    server: str | None = None
+    server_version: str | None = None
+    max_model_len: int | None = None
+    tokenize: bool = False
+    engine: str | None = None
+    kind: str | None = None       # "sim" for results of ``plateau sim``
+    preset: str | None = None
+
+
+class ToolInfo(msgspec.Struct, frozen=True, kw_only=True):
+    name: str = "plateau-bench"
+    version: str = ""
+
+
+class HostInfo(msgspec.Struct, frozen=True, kw_only=True):
+    hostname: str = ""
+    platform: str = ""
+    python: str = ""
+    cpu_count: int | None = None
+
+
+class ResultFile(msgspec.Struct, kw_only=True):
+    """``result.json``: the whole result of a run, sweep or simulation."""
+
+    schema_version: int = SCHEMA_VERSION
+    kind: ResultKind = "run"
+    created: str = ""
+    tool: ToolInfo = msgspec.field(default_factory=ToolInfo)
+    host: HostInfo = msgspec.field(default_factory=HostInfo)
+    spec: RunSpec = msgspec.field(default_factory=RunSpec)
+    target: TargetRecord = msgspec.field(default_factory=TargetRecord)
+    levels: list[LevelResult] = msgspec.field(default_factory=list)
+    plateau: Plateau | None = None
+    knee: Knee | None = None
+    stop_reason: str | None = None
+    benchmark_seconds: float | None = None
+    slo: SloSummary | None = None
+    rate_sweep: RateSummary | None = None
+    verdict: Verdict | None = None
+
+
+def result_schema() -> dict[str, object]:
+    """The JSON Schema of ``result.json``, generated from the types."""
+    schema: dict[str, object] = msgspec.json.schema(ResultFile)
+    schema["$id"] = f"https://plateau-bench.invalid/schema/result-v{SCHEMA_VERSION}.json"
+    schema["title"] = f"plateau-bench result.json, schema version {SCHEMA_VERSION}"
+    return schema

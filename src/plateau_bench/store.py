@@ -1,0 +1,269 @@
+"""Result directories: written as results are produced, read back for diagnose/report/compare/resume.
+
+Layout of ``--out DIR``::
+
+    result.json      the ``ResultFile`` (``plateau_bench.result``): schema version, tool, host, spec
+                     (credentials redacted), target, one entry per finished level, and for sweeps
+                     plateau/knee/stop reason/verdict. Rewritten atomically (temp file + rename)
+                     after every level.
+    requests.jsonl   one line per finished request: the RequestRecord, its level label and attempt.
+                     Appended as requests finish and flushed at least once a second.
+    telemetry.jsonl  one line per telemetry sample (server /metrics, GPUs, client health), per level.
+
+A crash or Ctrl-C therefore keeps every finished request and every finished level. A level measured
+again (``--resume`` re-measures damaged levels) gets the next attempt number; readers keep only the
+attempt the result's level names, so an interrupted attempt's records never count.
+
+An existing result directory is never silently replaced: a writer refuses it unless told to resume
+or to overwrite. A full disk or a vanished directory ends the run with one line (``ResultsError``);
+what was already flushed stays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import platform
+import socket
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from plateau_bench.errors import ConfigError, ResultsError
+from plateau_bench.records import RequestRecord
+from plateau_bench.result import SCHEMA_VERSION, HostInfo, LevelResult, ResultFile, ToolInfo
+from plateau_bench.store_migrate import migrate
+
+RESULT_FILE = "result.json"
+REQUESTS_FILE = "requests.jsonl"
+TELEMETRY_FILE = "telemetry.jsonl"
+FILES = (RESULT_FILE, REQUESTS_FILE, TELEMETRY_FILE)
+
+Existing = Literal["refuse", "overwrite", "resume"]
+
+_encoder = msgspec.json.Encoder()
+
+
+class RequestLine(msgspec.Struct, kw_only=True):
+    level: str
+    record: RequestRecord
+    attempt: int = 1
+
+
+def host_info() -> HostInfo:
+    return HostInfo(hostname=socket.gethostname(), platform=platform.platform(),
+                    python=platform.python_version(), cpu_count=os.cpu_count())
+
+
+def tool_info() -> ToolInfo:
+    from plateau_bench import __version__
+
+    return ToolInfo(name="plateau-bench", version=__version__)
+
+
+def now_utc() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ResultsError(f"cannot write {path}: {exc.strerror or exc}; results flushed before this "
+                           "are kept") from None
+
+
+def holds_results(directory: Path) -> bool:
+    return any((directory / name).exists() for name in FILES)
+
+
+def _prepare_dir(directory: Path, existing: Existing) -> None:
+    if existing == "refuse" and holds_results(directory):
+        raise ConfigError(f"{directory} already holds results: continue them with --resume {directory}, "
+                          "replace them with --overwrite, or choose another --out")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / ".write-test"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot write to output directory {directory}: {exc.strerror or exc}") from None
+
+
+class ResultWriter:
+    """Owns one result directory while a run, sweep or simulation is in progress.
+
+    ``result`` is the tree being written; callers set its sweep-level fields and call ``flush``.
+    """
+
+    def __init__(self, out_dir: str | Path, result: ResultFile, *, existing: Existing = "refuse") -> None:
+        self.dir = Path(out_dir)
+        _prepare_dir(self.dir, existing)
+        self.result = result
+        if existing == "resume" and (self.dir / RESULT_FILE).exists():
+            previous = load_result(self.dir)
+            self.result.levels = list(previous.levels)
+            self.result.created = previous.created or self.result.created
+        mode = "ab" if existing == "resume" else "wb"
+        try:
+            self._requests = open(self.dir / REQUESTS_FILE, mode)  # noqa: SIM115 - kept open for the run
+            self._telemetry = open(self.dir / TELEMETRY_FILE, mode)  # noqa: SIM115
+        except OSError as exc:
+            raise ConfigError(f"cannot write to output directory {self.dir}: {exc.strerror or exc}") from None
+        self._last_flush = time.monotonic()
+        self.flush()
+
+    # -- streaming writes -------------------------------------------------------------
+    def add_request(self, level: str, record: RequestRecord, attempt: int = 1) -> None:
+        self._write(self._requests, _encoder.encode(RequestLine(level=level, record=record, attempt=attempt)))
+        now = time.monotonic()
+        if now - self._last_flush >= 1.0:
+            self._flush_streams()
+            self._last_flush = now
+
+    def add_requests(self, level: str, records: list[RequestRecord], attempt: int = 1) -> None:
+        for r in records:
+            self.add_request(level, r, attempt)
+        self._flush_streams()
+
+    def add_telemetry(self, level: str, sample: msgspec.Struct, attempt: int = 1) -> None:
+        line = {"level": level, "attempt": attempt, **msgspec.to_builtins(sample)}
+        self._write(self._telemetry, _encoder.encode(line))
+
+    def _write(self, fh: Any, data: bytes) -> None:
+        try:
+            fh.write(data)
+            fh.write(b"\n")
+        except OSError as exc:
+            raise ResultsError(f"cannot write to {self.dir}: {exc.strerror or exc}; results flushed before "
+                               "this are kept") from None
+
+    def _flush_streams(self) -> None:
+        try:
+            self._requests.flush()
+            self._telemetry.flush()
+        except OSError as exc:
+            raise ResultsError(f"cannot write to {self.dir}: {exc.strerror or exc}; results flushed before "
+                               "this are kept") from None
+
+    # -- the summary --------------------------------------------------------------------
+    def add_level(self, level: LevelResult) -> None:
+        """Keep ``level``, replacing an earlier attempt with the same label."""
+        self.result.levels = [lv for lv in self.result.levels if lv.label != level.label] + [level]
+        self.flush()
+
+    def flush(self) -> None:
+        self._flush_streams()
+        _atomic_write(self.dir / RESULT_FILE, msgspec.json.format(_encoder.encode(self.result), indent=2))
+
+    def close(self) -> None:
+        for fh in (self._requests, self._telemetry):
+            # A full disk: what was flushed is kept, and the caller already said why.
+            with contextlib.suppress(OSError):
+                fh.close()
+
+    def __enter__(self) -> ResultWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _result_path(path: str | Path) -> Path:
+    p = Path(path)
+    file = p / RESULT_FILE if p.is_dir() else p
+    if not file.exists():
+        raise ResultsError(f"no results in {p}: {RESULT_FILE} not found")
+    return file
+
+
+def load_summary(path: str | Path) -> dict[str, Any]:
+    """``result.json`` as plain JSON (upgraded to the current schema): what a script reading it sees."""
+    file = _result_path(path)
+    try:
+        data = msgspec.json.decode(file.read_bytes())
+    except (OSError, msgspec.DecodeError) as exc:
+        raise ResultsError(f"cannot read {file}: {exc}") from None
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise ResultsError(f"{file} is not a plateau-bench result (no schema_version)")
+    version = data["schema_version"]
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ResultsError(
+            f"{file} was written with result schema {version}; this plateau-bench reads up to "
+            f"{SCHEMA_VERSION} (upgrade plateau-bench)"
+        )
+    return migrate(data)
+
+
+def load_result(path: str | Path) -> ResultFile:
+    """``result.json`` as the typed tree; ``ResultsError`` (one line) when it does not fit."""
+    data = load_summary(path)
+    try:
+        return msgspec.convert(data, ResultFile)
+    except msgspec.ValidationError as exc:
+        raise ResultsError(f"{_result_path(path)} is malformed: {exc}") from None
+
+
+def load_levels(path: str | Path) -> list[LevelResult]:
+    return load_result(path).levels
+
+
+def load_requests(path: str | Path, level: str | None = None,
+                  attempts: dict[str, int] | None = None) -> dict[str, list[RequestRecord]]:
+    """Request records grouped by level label (optionally one level). Torn lines are skipped.
+
+    ``attempts`` (label -> attempt kept in result.json, see ``kept_attempts``) drops the records of
+    attempts that were measured again; without it every line counts.
+    """
+    file = Path(path) / REQUESTS_FILE
+    out: dict[str, list[RequestRecord]] = {}
+    if not file.exists():
+        return out
+    decoder = msgspec.json.Decoder(RequestLine)
+    with open(file, "rb") as fh:
+        for line in fh:
+            try:
+                item = decoder.decode(line)
+            except msgspec.DecodeError:
+                continue
+            if level is not None and item.level != level:
+                continue
+            if attempts is not None and attempts.get(item.level, 1) != item.attempt:
+                continue
+            out.setdefault(item.level, []).append(item.record)
+    return out
+
+
+def kept_attempts(result: ResultFile) -> dict[str, int]:
+    """label -> the attempt whose figures result.json keeps."""
+    return {lv.label: lv.attempt for lv in result.levels}
+
+
+def load_telemetry(path: str | Path, attempts: dict[str, int] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Telemetry lines grouped by level label (only the kept attempts with ``attempts``)."""
+    file = Path(path) / TELEMETRY_FILE
+    out: dict[str, list[dict[str, Any]]] = {}
+    if not file.exists():
+        return out
+    with open(file, "rb") as fh:
+        for line in fh:
+            try:
+                item = msgspec.json.decode(line)
+            except msgspec.DecodeError:
+                continue
+            if not isinstance(item, dict):
+                continue
+            label = str(item.get("level", ""))
+            if attempts is not None and attempts.get(label, 1) != item.get("attempt", 1):
+                continue
+            out.setdefault(label, []).append(item)
+    return out

@@ -1,0 +1,167 @@
+"""What to measure next: one plan per kind of sweep, behind one interface.
+
+A ``Plan`` looks at the levels measured so far and names the next level (its spec, label and the
+phase that explains it) or why the sweep is over. The loop (``sweep.loop``) is the same for every
+plan: it runs the level, persists it, and applies the stop rules every sweep shares (budget, error
+rate, SLO). So a resumed sweep of any kind continues from its saved levels.
+
+* ``ConcurrencyPlan``: closed loop. A fixed grid, or the adaptive search of ``analysis.plateau``
+  (double until two flat doublings, then bisect the knee's bracket).
+* ``RatePlan``: open loop. Given rates, or ``auto``: a synchronous level (C=1), a maximum-throughput
+  level (C=``throughput_concurrency``), then ``steps`` rates evenly between their request rates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import msgspec
+
+from plateau_bench.analysis.plateau import next_concurrency, point_of
+from plateau_bench.analysis.slo import Slo
+from plateau_bench.errors import ConfigError
+from plateau_bench.result import LevelResult, SearchSettings, SweepSettings
+from plateau_bench.spec import LevelSpec, Mode
+
+RATE_STEPS = 6
+
+
+@dataclass(frozen=True)
+class Step:
+    level: LevelSpec | None    # None: the sweep is over
+    label: str = ""
+    phase: str = ""
+    reason: str = ""           # why (shown in the live view, or as the stop reason)
+
+
+class Plan(Protocol):
+    def next(self, levels: Sequence[LevelResult]) -> Step: ...
+
+    def settings(self) -> SweepSettings | None: ...
+
+
+@dataclass(frozen=True)
+class SweepLimits:
+    """Stop rules every sweep shares, and the steady-level timing."""
+
+    precision: float = 0.02
+    min_level_s: float = 5.0
+    max_level_s: float = 60.0
+    warmup: int = 0
+    slos: tuple[Slo, ...] = ()
+    budget_s: float | None = None
+    max_error_rate: float = 0.2
+
+    def validate(self, steady: bool) -> None:
+        if self.budget_s is not None and steady and self.budget_s < self.min_level_s:
+            raise ConfigError(
+                f"--budget {self.budget_s:g}s is below one level (--min-level-time {self.min_level_s:g}s)"
+            )
+        if not 0 < self.precision < 1:
+            raise ConfigError(f"--precision must be in (0, 1) (got {self.precision})")
+        if self.min_level_s <= 0 or self.max_level_s < self.min_level_s:
+            raise ConfigError("--min-level-time must be > 0 and <= --max-level-time")
+        if not 0 < self.max_error_rate <= 1:
+            raise ConfigError(f"--max-error-rate must be in (0, 1] (got {self.max_error_rate})")
+
+
+def _common(limits: SweepLimits) -> SweepSettings:
+    return SweepSettings(precision=limits.precision, min_level_s=limits.min_level_s,
+                         max_level_s=limits.max_level_s, warmup=limits.warmup,
+                         slo=[s.describe() for s in limits.slos], budget_s=limits.budget_s,
+                         max_error_rate=limits.max_error_rate)
+
+
+@dataclass(frozen=True)
+class ConcurrencyPlan:
+    mode: Mode = "steady"                        # steady | burst
+    concurrencies: tuple[int, ...] | None = None  # a fixed grid; None = adaptive search
+    search: SearchSettings = field(default_factory=SearchSettings)
+    limits: SweepLimits = field(default_factory=SweepLimits)
+
+    def validate(self) -> None:
+        self.limits.validate(self.mode == "steady")
+        if not 0 < self.search.plateau_gain < 1:
+            raise ConfigError(f"--plateau-gain must be in (0, 1) (got {self.search.plateau_gain})")
+        if self.search.start <= 0 or self.search.max_concurrency < self.search.start:
+            raise ConfigError("--start must be >= 1 and <= --max-concurrency")
+
+    def settings(self) -> SweepSettings:
+        return msgspec.structs.replace(
+            _common(self.limits), mode=self.mode, search=self.search,
+            concurrencies=list(self.concurrencies) if self.concurrencies else None)
+
+    def next(self, levels: Sequence[LevelResult]) -> Step:
+        if self.concurrencies is not None:
+            done = {lv.concurrency for lv in levels}
+            c = next((c for c in self.concurrencies if c not in done), None)
+            return self._step(c, "grid", "fixed grid") if c is not None else Step(None, reason="fixed grid finished")
+        decision = next_concurrency([point_of(lv) for lv in levels if lv.mode != "rate"], self.search)
+        if decision.concurrency is None:
+            return Step(None, reason=decision.reason)
+        return self._step(decision.concurrency, decision.phase, decision.reason)
+
+    def _step(self, c: int, phase: str, reason: str) -> Step:
+        w = self.limits.warmup
+        level = (LevelSpec(mode="burst", concurrency=c, num_requests=c, warmup=w) if self.mode == "burst"
+                 else LevelSpec(mode="steady", concurrency=c, duration_s=self.limits.max_level_s, warmup=w))
+        return Step(level, level.label, phase, reason)
+
+
+@dataclass(frozen=True)
+class RatePlan:
+    rates: tuple[float, ...] | None = None       # None: auto
+    throughput_concurrency: int = 256
+    steps: int = RATE_STEPS
+    burstiness: float = 1.0
+    limits: SweepLimits = field(default_factory=SweepLimits)
+
+    def validate(self) -> None:
+        self.limits.validate(True)
+        if self.burstiness <= 0:
+            raise ConfigError(f"--burstiness must be > 0 (got {self.burstiness})")
+
+    def settings(self) -> SweepSettings:
+        return msgspec.structs.replace(
+            _common(self.limits), mode="rate", rates=list(self.rates) if self.rates else None,
+            throughput_concurrency=self.throughput_concurrency, rate_steps=self.steps, burstiness=self.burstiness)
+
+    def _steady(self, c: int, phase: str) -> Step:
+        level = LevelSpec(mode="steady", concurrency=c, duration_s=self.limits.max_level_s,
+                          warmup=self.limits.warmup)
+        return Step(level, f"{phase} {level.label}", phase, phase)
+
+    def rate_grid(self, levels: Sequence[LevelResult]) -> list[float] | None:
+        """The open-loop rates to measure (None until the auto levels are in)."""
+        if self.rates:
+            return list(self.rates)
+        sync = next((lv for lv in levels if lv.phase == "synchronous"), None)
+        peak = next((lv for lv in levels if lv.phase == "throughput"), None)
+        if sync is None or peak is None:
+            return None
+        lo, hi = sync.request_throughput, peak.request_throughput
+        if lo <= 0 or hi <= lo:
+            return []
+        return [round(lo + (hi - lo) * k / (self.steps + 1), 3) for k in range(1, self.steps + 1)]
+
+    def next(self, levels: Sequence[LevelResult]) -> Step:
+        phases = {lv.phase for lv in levels}
+        if not self.rates and "synchronous" not in phases:
+            return self._steady(1, "synchronous")
+        if not self.rates and "throughput" not in phases:
+            return self._steady(self.throughput_concurrency, "throughput")
+        grid = self.rate_grid(levels) or []
+        if not grid:
+            return Step(None, reason="no rate range: the throughput level is not faster than the synchronous one")
+        failed = next((lv for lv in levels if lv.mode == "rate" and lv.level_failed), None)
+        if failed is not None:
+            return Step(None, reason=f"rate {failed.rate:g}/s failed (mostly {failed.dominant_error})")
+        done = {lv.rate for lv in levels if lv.mode == "rate"}
+        rate = next((r for r in grid if r not in done), None)
+        if rate is None:
+            return Step(None, reason="rate sweep finished")
+        level = LevelSpec(mode="rate", rate=rate, burstiness=self.burstiness, duration_s=self.limits.max_level_s,
+                          warmup=self.limits.warmup)
+        return Step(level, level.label, "rate", "open-loop rate")

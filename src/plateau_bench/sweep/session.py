@@ -1,0 +1,253 @@
+"""Wiring for ``run`` and ``sweep``: target, embedded twin, workload, writer, runner, verdict.
+
+The one place where the stages meet; each stage stays ignorant of the others. A single level
+(``plateau run``) and every kind of sweep go through the same path: a ``Plan`` (``sweep.plan``) run
+by the one loop (``sweep.loop``), persisted by one ``ResultWriter``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import tempfile
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from plateau_bench.analysis.convergence import PrecisionRule
+from plateau_bench.driver.runner import HttpLevelRunner
+from plateau_bench.driver.target import TargetInfo, discover, tokenize_remote, wait_ready
+from plateau_bench.errors import ConfigError
+from plateau_bench.level_run import LevelRun
+from plateau_bench.progress import LevelProgress
+from plateau_bench.result import (
+    LevelResult,
+    ResultFile,
+    ResultKind,
+    RunSpec,
+    SweepSettings,
+    TargetPublic,
+    TargetRecord,
+    TwinInfo,
+)
+from plateau_bench.sim.config import EngineConfig
+from plateau_bench.spec import LevelSpec, TargetSpec, WorkloadSpec
+from plateau_bench.store import Existing, ResultWriter, holds_results, host_info, load_result, now_utc, tool_info
+from plateau_bench.sweep.loop import SweepObserver, SweepState, conclude, run_sweep
+from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, Step, SweepLimits
+from plateau_bench.telemetry.scraper import default_metrics_url
+from plateau_bench.workload.prompts import Prompt, synthesize
+from plateau_bench.workload.tokens import LocalTokenizer, choose_counter
+
+MAX_PROMPTS = 4096
+
+
+@dataclass
+class Prepared:
+    target: TargetSpec
+    info: TargetInfo
+    prompts: list[Prompt]
+    token_source: str
+    accuracy: dict[str, object] = field(default_factory=dict)
+    twin: TwinInfo | None = None
+    count_tokens: Callable[[str], int] | None = None
+
+
+@contextlib.asynccontextmanager
+async def target_url(url: str | None, preset: str, speed: float) -> AsyncIterator[tuple[str, TwinInfo | None]]:
+    """The given URL, or (``url`` is None) the simulated engine started on a free local port."""
+    if url is not None:
+        if not url.strip():
+            raise ConfigError("--url is empty (an unset variable?): give the endpoint, or leave --url out "
+                              "to benchmark the built-in simulated engine")
+        yield url, None
+        return
+    from plateau_bench.sim.embed import start_sim_server
+    from plateau_bench.sim.presets import get_preset
+
+    handle = await asyncio.to_thread(start_sim_server, get_preset(preset), host="127.0.0.1", port=0, speed=speed)
+    try:
+        yield handle.url, TwinInfo(preset=preset, speed=speed)
+    finally:
+        await asyncio.to_thread(handle.stop)
+
+
+async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int, *, wait_ready_s: float | None,
+                  twin: TwinInfo | None = None) -> Prepared:
+    if wait_ready_s:
+        await wait_ready(target, wait_ready_s)
+    info = await discover(target)
+    target = msgspec.structs.replace(target, model=info.model)
+
+    async def count_remote(text: str) -> int | None:
+        return await tokenize_remote(target, info.model, text)
+
+    counter = await choose_counter(workload.tokenizer, count_remote if info.tokenize else None)
+    built = await synthesize(workload, min(max(n_prompts, 1), MAX_PROMPTS), counter=counter)
+    count_tokens = counter.count_text if isinstance(counter, LocalTokenizer) else None
+    return Prepared(target, info, built.prompts, built.token_source, dict(built.accuracy), twin, count_tokens)
+
+
+def run_spec(prepared: Prepared, workload: WorkloadSpec, plan: Plan | None = None,
+             level: LevelSpec | None = None) -> RunSpec:
+    return RunSpec(target=msgspec.convert(prepared.target.public(), TargetPublic), workload=workload,
+                   prompt_tokens_source=prepared.token_source, prompt_accuracy=prepared.accuracy,
+                   twin=prepared.twin, sweep=plan.settings() if plan is not None else None, level=level)
+
+
+def metrics_url_for(target: TargetSpec, metrics_url: str | None, no_metrics: bool) -> tuple[str | None, bool]:
+    if no_metrics:
+        return None, False
+    if metrics_url:
+        return metrics_url, True
+    return default_metrics_url(target.url), False
+
+
+def out_dir_or_temp(out: Path | None, kind: str) -> Path:
+    if out is not None:
+        return out
+    return Path(tempfile.mkdtemp(prefix=f"plateau-{kind}-"))
+
+
+def _comparable(spec: RunSpec) -> dict[str, object]:
+    data: dict[str, object] = msgspec.to_builtins(spec)
+    data.pop("prompt_accuracy", None)
+    return data
+
+
+def spec_differences(saved: object, current: object, prefix: str = "") -> list[str]:
+    """Human-readable differences between two specs as plain data (for --resume)."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        diffs: list[str] = []
+        for key in sorted(set(saved) | set(current)):
+            diffs.extend(spec_differences(saved.get(key), current.get(key), f"{prefix}{key}."))
+        return diffs
+    if msgspec.json.encode(saved) != msgspec.json.encode(current):
+        return [f"{prefix.rstrip('.')}: saved {saved!r}, now {current!r}"]
+    return []
+
+
+def check_resume(out_dir: Path, spec: RunSpec) -> list[LevelResult]:
+    """Levels to resume from, after checking the saved spec matches (else a ConfigError naming differences)."""
+    saved = load_result(out_dir)
+    if saved.kind != "sweep":
+        raise ConfigError(f"--resume {out_dir}: not a sweep result (kind {saved.kind!r})")
+    diffs = spec_differences(_comparable(saved.spec), _comparable(spec))
+    if diffs:
+        raise ConfigError(f"--resume {out_dir}: made with another spec ({'; '.join(diffs[:3])})")
+    return list(saved.levels)
+
+
+@dataclass
+class SweepRun:
+    state: SweepState
+    result: ResultFile
+    out_dir: Path | None
+
+
+class _OneLevel:
+    """A plan of exactly one level (``plateau run``)."""
+
+    def __init__(self, level: LevelSpec) -> None:
+        self.level = level
+
+    def next(self, levels: Sequence[LevelResult]) -> Step:
+        if levels:
+            return Step(None, reason="level measured")
+        return Step(self.level, self.level.label, "single", "one level")
+
+    def settings(self) -> SweepSettings | None:
+        return None
+
+
+def _new_result(kind: ResultKind, spec: RunSpec, prepared: Prepared) -> ResultFile:
+    info = msgspec.to_builtins(prepared.info)
+    return ResultFile(kind=kind, created=now_utc(), tool=tool_info(), host=host_info(), spec=spec,
+                      target=msgspec.convert(info, TargetRecord))
+
+
+async def measure(prepared: Prepared, workload: WorkloadSpec, plan: ConcurrencyPlan | RatePlan | LevelSpec, *,
+                  out_dir: Path | None, metrics_url: str | None, metrics_required: bool,
+                  observer: SweepObserver, progress: Callable[[], LevelProgress | None],
+                  existing: Existing = "refuse") -> SweepRun:
+    """Run one level or a sweep of any kind against the prepared target, saving as it goes."""
+    single = isinstance(plan, LevelSpec)
+    spec = run_spec(prepared, workload, level=plan) if isinstance(plan, LevelSpec) else \
+        run_spec(prepared, workload, plan)
+    previous = check_resume(out_dir, spec) if existing == "resume" and out_dir is not None else []
+    if existing == "resume" and out_dir is not None and not holds_results(out_dir):
+        raise ConfigError(f"--resume {out_dir}: no results there to continue")
+    the_plan: Plan = _OneLevel(plan) if isinstance(plan, LevelSpec) else plan
+    limits = plan.limits if not isinstance(plan, LevelSpec) else None
+    rule = PrecisionRule(limits.precision, limits.min_level_s, limits.max_level_s) if limits else None
+    runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
+                             metrics_required=metrics_required, count_tokens=prepared.count_tokens,
+                             progress=progress, seed=workload.seed)
+    result = _new_result("run" if single else "sweep", spec, prepared)
+    writer = ResultWriter(out_dir, result, existing=existing) if out_dir is not None else None
+
+    def on_level(run: LevelRun, level: LevelResult) -> None:
+        result.target.engine = runner.engine or result.target.engine
+        if writer is None:
+            return
+        for sample in (*run.server_samples, *run.gpu_samples, *run.health_samples):
+            writer.add_telemetry(level.label, sample, level.attempt)
+        writer.add_level(level)
+
+    try:
+        state = await run_sweep(
+            runner, the_plan, limits or SweepLimits(), stop_rule=rule, on_level=on_level, observer=observer,
+            on_record=(lambda label, attempt, r: writer.add_request(label, r, attempt)) if writer else None,
+            previous=previous)
+        conclude(result, state, the_plan, runner.engine)
+        if writer is not None:
+            writer.flush()
+    finally:
+        if writer is not None:
+            writer.close()
+    return SweepRun(state, result, out_dir)
+
+
+class GridPlan:
+    """Given levels, measured in order (``plateau sim``)."""
+
+    def __init__(self, levels: Sequence[LevelSpec]) -> None:
+        self.levels = list(levels)
+
+    def next(self, levels: Sequence[LevelResult]) -> Step:
+        done = {lv.label for lv in levels}
+        todo = next((lv for lv in self.levels if lv.label not in done), None)
+        return Step(todo, todo.label, "grid", "given levels") if todo else Step(None, reason="levels simulated")
+
+    def settings(self) -> SweepSettings | None:
+        return None
+
+
+async def simulate(config: EngineConfig, workload: WorkloadSpec, levels: Sequence[LevelSpec], spec: RunSpec, *,
+                   out_dir: Path | None, chunks: bool, observer: SweepObserver,
+                   existing: Existing = "refuse") -> SweepRun:
+    """Given levels on the simulated engine in virtual time, through the same loop as a real sweep."""
+    from plateau_bench.sim.runner import VirtualLevelRunner
+
+    result = ResultFile(kind="sim", created=now_utc(), tool=tool_info(), host=host_info(), spec=spec,
+                        target=TargetRecord(kind="sim", preset=config.name))
+    writer = ResultWriter(out_dir, result, existing=existing) if out_dir is not None else None
+
+    def on_level(run: LevelRun, level: LevelResult) -> None:
+        if writer is not None:
+            writer.add_level(level)
+
+    try:
+        state = await run_sweep(
+            VirtualLevelRunner(config, workload, chunks=chunks), GridPlan(levels), SweepLimits(max_error_rate=1.0),
+            stop_rule=None, on_level=on_level, observer=observer,
+            on_record=(lambda label, attempt, r: writer.add_request(label, r, attempt)) if writer else None)
+        result.levels = list(state.levels)
+        if writer is not None:
+            writer.flush()
+    finally:
+        if writer is not None:
+            writer.close()
+    return SweepRun(state, result, out_dir)

@@ -1,12 +1,20 @@
 """Validated specifications: what to send (workload), how hard (level), where (target).
 
 Specs are plain frozen structs. ``validate()`` raises ``ConfigError`` with one sentence naming
-the offending flag, so the CLI can print it as is. Secrets never leave ``TargetSpec``: its
-``public()`` form is what result files store.
+the offending flag, so the CLI can print it as is. Numbers given as text must be finite: ``nan``
+and ``inf`` are refused (``float()`` reads both, and ``nan`` slips through every ``<= 0`` test).
+
+Secrets never leave ``TargetSpec``: its ``public()`` form (what result files store) and its
+``repr`` show ``***`` for the API key, for the value of every header that is secret, and for
+URL userinfo (``http://user:pw@host`` -> ``http://***@host``) and secret-named query parameters.
+A header is secret when its name contains ``auth``, ``key``, ``token``, ``secret``, ``cookie``,
+``passw`` or ``session`` (case-insensitive: Authorization, Proxy-Authorization, X-Api-Key,
+Cookie, Set-Cookie...), or when the user named it in ``secret_headers`` (``--secret-header``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import msgspec
@@ -15,6 +23,11 @@ from plateau_bench.errors import ConfigError
 
 Mode = Literal["burst", "steady", "rate"]
 Endpoint = Literal["completions", "chat"]
+
+# More connections than this is a typo, not a benchmark: refused before anything is allocated.
+MAX_CONCURRENCY = 1_000_000
+REDACTED = "***"
+_SECRET_NAME_PARTS = ("auth", "key", "token", "secret", "cookie", "passw", "session")
 
 
 class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,19 +74,22 @@ class LevelSpec(msgspec.Struct, frozen=True, kw_only=True):
         if self.mode in ("burst", "steady"):
             if self.concurrency is None or self.concurrency <= 0:
                 raise ConfigError(f"--concurrency must be a positive integer (got {self.concurrency})")
+            check_concurrency(self.concurrency, "--concurrency")
             if self.rate is not None:
                 raise ConfigError(f"--rate cannot be combined with --mode {self.mode}")
         else:
-            if self.rate is None or self.rate <= 0:
-                raise ConfigError(f"--rate must be > 0 requests/s (got {self.rate})")
-            if self.max_concurrency is not None and self.max_concurrency <= 0:
-                raise ConfigError(f"--max-concurrency must be > 0 (got {self.max_concurrency})")
+            if self.rate is None or not _positive(self.rate):
+                raise ConfigError(f"--rate must be > 0 requests/s and finite (got {self.rate})")
+            if self.max_concurrency is not None:
+                if self.max_concurrency <= 0:
+                    raise ConfigError(f"--max-concurrency must be > 0 (got {self.max_concurrency})")
+                check_concurrency(self.max_concurrency, "--max-concurrency")
         if self.num_requests is not None and self.num_requests <= 0:
             raise ConfigError(f"--num-requests must be > 0 (got {self.num_requests})")
-        if self.duration_s is not None and self.duration_s <= 0:
-            raise ConfigError(f"--duration must be > 0 (got {self.duration_s})")
-        if self.burstiness <= 0:
-            raise ConfigError(f"--burstiness must be > 0 (got {self.burstiness})")
+        if self.duration_s is not None and not _positive(self.duration_s):
+            raise ConfigError(f"--duration must be > 0 and finite (got {self.duration_s})")
+        if not _positive(self.burstiness):
+            raise ConfigError(f"--burstiness must be > 0 and finite (got {self.burstiness})")
         if self.warmup < 0:
             raise ConfigError(f"--warmup must be >= 0 (got {self.warmup})")
         if self.mode != "burst" and self.num_requests is None and self.duration_s is None:
@@ -94,30 +110,92 @@ class TargetSpec(msgspec.Struct, frozen=True, kw_only=True):
     api_key: str | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     timeout_s: float = 600.0
+    secret_headers: tuple[str, ...] = ()  # header names whose values are secret, beyond the usual
+
+    def is_secret(self, header: str) -> bool:
+        """Whether the value of header ``header`` must never be shown."""
+        return is_secret_header(header, self.secret_headers)
+
+    def public_headers(self) -> dict[str, str]:
+        return {k: (REDACTED if self.is_secret(k) else v) for k, v in self.headers.items()}
 
     def public(self) -> dict[str, object]:
         """The target as it may be written to results and logs: secrets removed."""
-        safe_headers = {
-            k: ("<redacted>" if _is_secret_header(k) else v) for k, v in self.headers.items()
-        }
         return {
-            "url": self.url,
+            "url": redact_url(self.url),
             "model": self.model,
             "endpoint": self.endpoint,
-            "api_key": "<redacted>" if self.api_key else None,
-            "headers": safe_headers,
+            "api_key": REDACTED if self.api_key else None,
+            "headers": self.public_headers(),
             "timeout_s": self.timeout_s,
         }
 
+    def __repr__(self) -> str:
+        shown = self.public()
+        shown["secret_headers"] = self.secret_headers
+        fields = ", ".join(f"{k}={v!r}" for k, v in shown.items())
+        return f"TargetSpec({fields})"
 
-def _is_secret_header(name: str) -> bool:
-    lowered = name.lower()
-    return any(s in lowered for s in ("authorization", "key", "token", "secret", "cookie"))
+
+def is_secret_header(name: str, named: tuple[str, ...] | list[str] = ()) -> bool:
+    """A header whose value is a credential: by its name, or named secret by the user."""
+    lowered = name.strip().lower()
+    if any(part in lowered for part in _SECRET_NAME_PARTS):
+        return True
+    return any(lowered == n.strip().lower() for n in named)
 
 
-def parse_duration(text: str) -> float:
-    """'90', '90s', '1.5m', '2h', '250ms' -> seconds. Raises ConfigError."""
+_is_secret_header = is_secret_header  # the former private name
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its userinfo and the values of secret-named query parameters as ``***``.
+
+    ``http://user:pw@h:8000/v1`` -> ``http://***@h:8000/v1``; ``http://h/?api_key=k&x=1`` ->
+    ``http://h/?api_key=***&x=1``. Works on URLs without a scheme (``user:pw@h:8000``) too.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    cuts = [i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0]
+    end = min(cuts) if cuts else len(rest)
+    authority, tail = rest[:end], rest[end:]
+    if "@" in authority:
+        authority = f"{REDACTED}@{authority.rpartition('@')[2]}"
+    query_at = tail.find("?")
+    if query_at >= 0:
+        fragment_at = tail.find("#", query_at)
+        stop = fragment_at if fragment_at >= 0 else len(tail)
+        params = []
+        for param in tail[query_at + 1 : stop].split("&"):
+            name, eq, _ = param.partition("=")
+            params.append(f"{name}={REDACTED}" if eq and is_secret_header(name) else param)
+        tail = tail[: query_at + 1] + "&".join(params) + tail[stop:]
+    return f"{scheme}{sep}{authority}{tail}"
+
+
+def check_concurrency(value: int, flag: str = "--concurrency") -> None:
+    """Refuse a concurrency no machine can hold, before anything is sized by it."""
+    if value > MAX_CONCURRENCY:
+        raise ConfigError(
+            f"{flag} {value} is more than {MAX_CONCURRENCY:,} simultaneous requests; "
+            "each needs its own connection (an open file), so this is refused"
+        )
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
+def parse_duration(text: str, flag: str | None = None) -> float:
+    """'90', '90s', '1.5m', '2h', '250ms' -> seconds: finite and > 0. Raises ConfigError.
+
+    ``flag`` (e.g. ``"--timeout"``) names the option in the message when given.
+    """
+    what = flag or "duration"
     t = text.strip().lower()
+    if not t:
+        raise ConfigError(f"{what} is empty (examples: 60s, 1.5m, 250ms)")
     number, scale = t, 1.0
     for suffix, unit_scale in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
         if t.endswith(suffix) and not (suffix == "s" and t.endswith("ms")):
@@ -126,9 +204,11 @@ def parse_duration(text: str) -> float:
     try:
         value = float(number) * scale
     except ValueError:
-        raise ConfigError(f"cannot read duration {text!r} (examples: 60s, 1.5m, 250ms)") from None
+        raise ConfigError(f"cannot read {what} {text!r} (examples: 60s, 1.5m, 250ms)") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"{what} must be a finite number of seconds (got {text!r})")
     if value <= 0:
-        raise ConfigError(f"duration must be positive (got {text!r})")
+        raise ConfigError(f"{what} must be positive (got {text!r})")
     return value
 
 
@@ -151,6 +231,8 @@ def _parse_positive_list(text: str, flag: str, kind: type[float] | type[int], wh
             value = kind(part)
         except ValueError:
             raise ConfigError(f"{flag}: {part!r} is not {what}") from None
+        if not math.isfinite(value):
+            raise ConfigError(f"{flag}: {part!r} is not a finite number")
         if value <= 0:
             raise ConfigError(f"{flag} must be positive (got {value:g})")
         out.append(value)

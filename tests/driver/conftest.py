@@ -48,6 +48,7 @@ class Plan:
     no_events: bool = False          # answer 200 with an empty body
     api_key: str | None = None       # required bearer token
     error_echo_auth: bool = False    # error body repeats the Authorization header
+    echo_header: str | None = None   # an error answer (status != 200) repeats this header's value
     # discovery routes
     models: list[str] = field(default_factory=lambda: ["tiny"])
     openai_models_route: bool = True
@@ -137,6 +138,8 @@ class ScriptedServer:
             return web.json_response({"error": {"message": message, "code": 401}}, status=401)
         if plan.status != 200:
             message = "slow down" if plan.status == 429 else "engine failed"
+            if plan.echo_header is not None:
+                message += f" for {request.headers.get(plan.echo_header)}"
             return web.json_response({"error": {"message": message, "type": "x"}}, status=plan.status)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)

@@ -366,9 +366,35 @@ async def test_rejected_key_is_never_echoed(server: ScriptedServer) -> None:
     server.plan.api_key, server.plan.error_echo_auth = "the-right-key", True
     record = await send_one(target(server.url, api_key=SECRET, headers={"X-Api-Key": "hdr-secret-42"}))
     assert record.error == ErrorClass.HTTP_4XX.value
-    assert record.error_detail == "HTTP 401: bad key in Bearer <redacted>"
+    assert record.error_detail == "HTTP 401: bad key in Bearer ***"
     encoded = msgspec.json.encode(record).decode()
     assert SECRET not in encoded and "hdr-secret-42" not in encoded
+
+
+@pytest.mark.parametrize(("name", "value", "named"), [
+    ("Authorization", "Token tok-abc-123", ()),       # echoed whole, and the credential alone
+    ("X-Org-Pass", "org-pass-777", ("x-org-pass",)),  # secret because the user said so
+    ("Cookie", "sid=cookie-999", ()),
+])
+async def test_echoed_secret_headers_are_redacted(
+    server: ScriptedServer, name: str, value: str, named: tuple[str, ...]
+) -> None:
+    server.plan.status, server.plan.echo_header = 500, name
+    spec = target(server.url, headers={name: value}, secret_headers=named)
+    record = await send_one(spec)
+    assert record.error == ErrorClass.HTTP_5XX.value
+    assert record.error_detail == "HTTP 500: engine failed for ***"
+    credential = value.split()[-1]
+    assert credential not in msgspec.json.encode(record).decode()
+
+
+async def test_url_credentials_never_reach_the_record(server: ScriptedServer) -> None:
+    """aiohttp turns URL userinfo into Basic auth; a server echoing it is redacted too."""
+    server.plan.status, server.plan.echo_header = 503, "Authorization"
+    url = server.url.replace("http://", "http://bench-user:url-pass-55@")
+    record = await send_one(target(url))
+    assert record.error_detail == "HTTP 503: engine failed for Basic ***"
+    assert "url-pass-55" not in msgspec.json.encode(record).decode()
 
 
 async def test_connection_refused(refused_url: str) -> None:

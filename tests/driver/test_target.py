@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import re
 from typing import TYPE_CHECKING
 
@@ -71,7 +72,15 @@ async def test_password_in_url_is_never_shown(refused_url: str) -> None:
     with pytest.raises(TargetError) as caught:
         await discover(TargetSpec(url=url))
     assert "hunter22" not in str(caught.value)
-    assert display_url(url) == refused_url
+    assert str(caught.value).startswith(f"cannot reach {refused_url.replace('http://', 'http://***@')}: ")
+    assert display_url(url) == refused_url.replace("http://", "http://***@")
+
+
+async def test_wait_ready_never_shows_url_credentials(refused_url: str) -> None:
+    url = refused_url.replace("http://", "http://token-only-user@")
+    with pytest.raises(TargetError) as caught:
+        await wait_ready(TargetSpec(url=url), timeout_s=0.05, poll_s=0.02)
+    assert "token-only-user" not in str(caught.value) and "http://***@127.0.0.1:" in str(caught.value)
 
 
 async def test_wait_ready_waits_for_health(server: ScriptedServer) -> None:
@@ -118,5 +127,24 @@ def test_base_url_forms() -> None:
 
 def test_secrets_are_redacted() -> None:
     spec = TargetSpec(url="http://u:pw-123@h", api_key="sk-abc", headers={"X-Api-Key": "k-9", "X-Team": "t"})
-    assert set(secrets_of(spec)) == {"sk-abc", "pw-123", "k-9"}
-    assert redact("sk-abc/k-9/pw-123/t", secrets_of(spec)) == "<redacted>/<redacted>/<redacted>/t"
+    basic = base64.b64encode(b"u:pw-123").decode()
+    assert set(secrets_of(spec)) == {"sk-abc", "pw-123", "k-9", basic}
+    assert redact("sk-abc/k-9/pw-123/t", secrets_of(spec)) == "***/***/***/t"
+    assert redact(f"Authorization: Basic {basic}", secrets_of(spec)) == "Authorization: Basic ***"
+
+
+def test_every_kind_of_secret_is_found() -> None:
+    spec = TargetSpec(
+        url="http://us%40er:p%2Fss@h:8000/v1?api_key=q-secret&x=1",
+        headers={"Authorization": "Bearer tok-1", "Set-Cookie": "a=b1", "X-Mine": "mine-1", "X-Plain": "plain"},
+        secret_headers=("x-mine",),
+    )
+    secrets = secrets_of(spec)
+    for secret in ("Bearer tok-1", "tok-1", "a=b1", "mine-1", "us%40er", "us@er", "p%2Fss", "p/ss", "q-secret"):
+        assert secret in secrets
+    assert "plain" not in secrets and "Bearer" not in secrets
+
+
+def test_redact_masks_the_userinfo_of_any_url_in_a_text() -> None:
+    text = "InvalidURL: http://x:y@h:99999/v1 and https://k@other/ but not a@b.c"
+    assert redact(text, ()) == "InvalidURL: http://***@h:99999/v1 and https://***@other/ but not a@b.c"

@@ -5,23 +5,27 @@ the model (the only one served, or the one asked for), reads ``GET /version`` wh
 it (vLLM, SGLang; llama.cpp's ``/props`` gives its build), and probes ``POST /tokenize``.
 The server family is read from ``owned_by`` in ``/v1/models`` ("vllm", "sglang", "llamacpp").
 
-Every user-facing failure is a ``TargetError`` with one sentence that names the URL (with any
-password removed) and the cause. Secrets (API key, secret-looking headers, URL password) are
-removed from any text that leaves this package through ``redact``.
+Every user-facing failure is a ``TargetError`` with one sentence that names the URL (userinfo
+shown as ``***``) and the cause. Secrets (API key, values of secret headers, URL user and
+password, the Basic credentials aiohttp derives from them, secret query parameters) are replaced
+by ``***`` in any text that leaves this package through ``redact``, which also masks the userinfo
+of any URL in the text.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import re
 import socket
 import time
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import aiohttp
 import msgspec
 
 from plateau_bench.errors import TargetError
-from plateau_bench.spec import TargetSpec, _is_secret_header
+from plateau_bench.spec import REDACTED, TargetSpec, is_secret_header, redact_url
 
 _PROBE_TIMEOUT_S = 10.0
 _DNS_ERROR: tuple[type[BaseException], ...] = tuple(
@@ -53,30 +57,47 @@ def base_url(target: TargetSpec) -> str:
 
 
 def display_url(url: str) -> str:
-    """The URL as it may be printed: user and password removed."""
-    parts = urlsplit(url)
-    if parts.password is None and parts.username is None:
-        return url
-    netloc = parts.hostname or ""
-    if parts.port is not None:
-        netloc = f"{netloc}:{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    """The URL as it may be printed: ``http://user:pw@h`` -> ``http://***@h`` (``redact_url``)."""
+    return redact_url(url)
+
+
+_AUTH_SCHEME = re.compile(r"^\s*[A-Za-z][\w.-]*\s+(\S.*?)\s*$")  # "Bearer <credential>"
+_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#@]+@")
 
 
 def secrets_of(target: TargetSpec) -> tuple[str, ...]:
+    """Every secret string of the target that must never be shown, longest first."""
     found = [target.api_key] if target.api_key else []
-    found += [v for k, v in target.headers.items() if _is_secret_header(k) and v]
-    password = urlsplit(base_url(target)).password
-    if password:
-        found.append(password)
+    for name, value in target.headers.items():
+        if target.is_secret(name) and value:
+            found.append(value)
+            credential = _AUTH_SCHEME.match(value)  # a server may echo the credential alone
+            if credential:
+                found.append(credential.group(1))
+    try:
+        parts = urlsplit(base_url(target))
+        user, password = parts.username, parts.password
+    except ValueError:  # a malformed URL: its userinfo is masked where it is shown
+        parts, user, password = None, None, None
+    for raw in (user, password):
+        if raw:
+            found += [raw, unquote(raw)]
+    if user is not None or password is not None:
+        pair = f"{unquote(user or '')}:{unquote(password or '')}"
+        found.append(base64.b64encode(pair.encode()).decode())  # aiohttp sends Basic auth
+    if parts is not None and parts.query:
+        found += [v for k, v in parse_qsl(parts.query) if is_secret_header(k) and v]
     # Longest first, so a secret that contains another is removed whole.
     return tuple(sorted({s for s in found if len(s) >= 3}, key=len, reverse=True))
 
 
 def redact(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with every secret, and the userinfo of any URL in it, shown as ``***``."""
     for secret in secrets:
         if secret in text:
-            text = text.replace(secret, "<redacted>")
+            text = text.replace(secret, REDACTED)
+    if "@" in text:
+        text = _URL_USERINFO.sub(rf"\1{REDACTED}@", text)
     return text
 
 

@@ -1,0 +1,92 @@
+"""Target flags into a TargetSpec: empty URLs, bad headers, secret headers, one-line errors."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from plateau_bench.commands import options as o
+from plateau_bench.errors import ConfigError
+from plateau_bench.spec import TargetSpec
+
+
+def spec(url: str = "http://h:8000", headers: list[str] | None = None, secret: list[str] | None = None,
+         timeout: str = "600s", api_key: str | None = None) -> TargetSpec:
+    return o.target_spec(url, None, "completions", api_key, headers, timeout, secret)
+
+
+def test_url_given() -> None:
+    assert o.url_given(None) is False
+    assert o.url_given("http://h:8000") is True
+    for empty in ("", "   ", "\t"):
+        with pytest.raises(ConfigError, match=r"^--url is empty: .* or omit --url to start the embedded"):
+            o.url_given(empty)
+
+
+@pytest.mark.parametrize("url", ["", " ", "\n"])
+def test_an_empty_url_is_an_error(url: str) -> None:
+    with pytest.raises(ConfigError, match=r"^--url is empty"):
+        spec(url)
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("ftp://u:pw-1@h", "--url must start with http:// or https:// (got 'ftp://***@h')"),
+    ("http://u:pw-1@h:99999", "--url 'http://***@h:99999' is not a valid URL (Port out of range 0-65535)"),
+    ("http://u:pw-1@:8000", "--url 'http://***@:8000' names no host"),
+])
+def test_bad_urls_are_shown_redacted(url: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        spec(url)
+    assert str(caught.value) == message
+
+
+def test_the_url_is_trimmed() -> None:
+    assert spec("  http://h:8000/  ").url == "http://h:8000"
+
+
+@pytest.mark.parametrize("timeout", ["inf", "nan", "-1s", ""])
+def test_bad_timeouts(timeout: str) -> None:
+    with pytest.raises(ConfigError, match=r"^--timeout "):
+        spec(timeout=timeout)
+
+
+@pytest.mark.parametrize("header", ["Authorization Bearer sk-leak-1", ":sk-leak-1", "Bad Name:sk-leak-1"])
+def test_malformed_headers_are_refused_without_showing_them(header: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        spec(headers=[header])
+    assert "sk-leak-1" not in str(caught.value) and str(caught.value).startswith("--header ")
+
+
+def test_header_values_may_not_hold_line_breaks() -> None:
+    with pytest.raises(ConfigError, match=r"^--header X-A: the value holds a line break$"):
+        spec(headers=["X-A: v\r\nInjected: 1"])
+
+
+def test_secret_headers_pass_through() -> None:
+    target = spec(headers=["X-Org: org-7", "X-Team: blue"], secret=["x-org"])
+    assert target.secret_headers == ("x-org",)
+    assert target.public()["headers"] == {"X-Org": "***", "X-Team": "blue"}
+    assert spec(headers=["X-Org: org-7"]).secret_headers == ()  # the default: existing callers unchanged
+    assert o.target_spec("http://h", None, "chat", None, None, "10s").secret_headers == ()
+
+
+def test_a_misspelt_secret_header_is_an_error() -> None:
+    with pytest.raises(ConfigError, match=r"^--secret-header X-Orgg names no --header given"):
+        spec(headers=["X-Org: org-7"], secret=["X-Orgg"])
+
+
+def test_the_secret_header_option_is_repeatable() -> None:
+    app = typer.Typer()
+    seen: list[list[str] | None] = []
+
+    @app.command()
+    def main(secret_header: o.SecretHeader = None) -> None:
+        seen.append(secret_header)
+
+    result = CliRunner().invoke(app, ["--secret-header", "X-A", "--secret-header", "X-B"])
+    assert result.exit_code == 0, result.output
+    assert seen == [["X-A", "X-B"]]
+    assert get_args(o.SecretHeader)[1].default == "--secret-header"

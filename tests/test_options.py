@@ -90,3 +90,27 @@ def test_the_secret_header_option_is_repeatable() -> None:
     assert result.exit_code == 0, result.output
     assert seen == [["X-A", "X-B"]]
     assert get_args(o.SecretHeader)[1].default == "--secret-header"
+
+
+def test_check_load_size_counts_the_headroom(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from plateau_bench.driver import limits
+
+    class Fake:
+        RLIMIT_NOFILE, RLIM_INFINITY = 7, -1
+        soft = 1000
+
+        def getrlimit(self, which: int) -> tuple[int, int]:
+            return self.soft, 4096
+
+        def setrlimit(self, which: int, pair: tuple[int, int]) -> None:
+            self.soft = pair[0]
+
+    monkeypatch.setattr(limits, "resource", Fake())
+    o.check_load_size(1000)  # 1,000 connections + headroom > the soft limit of 1,000
+    assert capsys.readouterr().err == "plateau: raised the open-file limit from 1,000 to 4,096 (1,064 needed)\n"
+    with pytest.raises(ConfigError, match="hard limit is 4,096"):
+        o.check_load_size(5000)
+    with pytest.raises(ConfigError, match="more than 1,000,000"):
+        o.check_load_size(10**7)

@@ -155,10 +155,17 @@ def register(app: typer.Typer) -> None:
                                                    rich_help_panel=ENGINE)] = None,
         c_us: Annotated[float | None, typer.Option("--c-us", help="Step time: per KV token read (us).",
                                                    rich_help_panel=ENGINE)] = None,
+        faults: Annotated[str | None, typer.Option(
+            "--faults", help="Fail requests on purpose, with per-request probabilities: hang, truncate, "
+            "reset, malformed, http_500, http_429, slow_headers (e.g. hang=0.1,http_429=0.05); "
+            "slow_headers_s= and retry_after_s= set the delay and the Retry-After seconds.")] = None,
+        faults_seed: Annotated[int, typer.Option("--faults-seed", help="Same seed, same faults for the "
+                                                 "n-th request.")] = 0,
     ) -> None:
         """Serve the simulated engine as an OpenAI-compatible server with vLLM's /metrics."""
         from plateau_bench.aio import run
-        from plateau_bench.sim.embed import serve_forever
+        from plateau_bench.sim.embed import ServeOptions, serve_forever
+        from plateau_bench.sim.faults import parse_faults
 
         if speed <= 0:
             raise ConfigError(f"--speed must be > 0 (got {speed})")
@@ -168,11 +175,13 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(f"--reject-when-waiting must be >= 0 (got {reject_when_waiting})")
         _, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, max_model_len,
                                t0_ms, a_ms, b_ms, c_us)
+        fault_spec = parse_faults(faults) if faults else None
+        options = ServeOptions(speed=speed, metrics=not no_metrics, reject_when_waiting=reject_when_waiting,
+                               reject_status=reject_status, faults=fault_spec, faults_seed=faults_seed)
 
         def ready(bound: int) -> None:
+            injected = f", faults {fault_spec.spec()} (seed {faults_seed})" if fault_spec and fault_spec.any else ""
             typer.echo(f"plateau serve-sim: preset {preset} (model {config.model_name!r}) on "
-                       f"http://{host}:{bound}, speed x{speed:g}; Ctrl-C to stop", err=True)
+                       f"http://{host}:{bound}, speed x{speed:g}{injected}; Ctrl-C to stop", err=True)
 
-        run(serve_forever(config, host=host, port=port, speed=speed, metrics=not no_metrics,
-                          reject_when_waiting=reject_when_waiting, reject_status=reject_status,
-                          on_ready=ready))
+        run(serve_forever(config, options, host=host, port=port, on_ready=ready))

@@ -5,8 +5,11 @@ instead of sharing the load generator's interpreter lock, so the client's timing
 event-loop lag measure the client, not the twin. ``in_process=True`` runs it on a background
 thread with its own event loop (no start-up cost; tests use it to look at the engine).
 
-The child is ``python -m plateau_bench.sim.child`` with the configuration as JSON; it prints
-``READY <port>`` once it listens (or ``ERROR <message>``) and stops cleanly on SIGTERM.
+The child is ``python -m plateau_bench.sim.child`` with the configuration and options as JSON;
+it prints ``READY <port>`` once it listens (or ``ERROR <message>``) and stops cleanly on SIGTERM
+or SIGINT. It is never left behind: its stdin is a pipe from this process, which the kernel
+closes when this process ends however it ends, and the child stops at end of file (and when its
+parent process id changes, in case another process inherited the pipe).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import os
 import signal
 import subprocess
 import sys
@@ -27,9 +31,32 @@ import msgspec
 from plateau_bench.aio import new_event_loop
 from plateau_bench.errors import ConfigError
 from plateau_bench.sim.config import EngineConfig
+from plateau_bench.sim.faults import FaultSpec
 from plateau_bench.sim.server import SimServer
 
 READY_TIMEOUT_S = 30.0
+
+
+class ServeOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """How the server serves the engine (everything but the engine and the address)."""
+
+    speed: float = 1.0
+    metrics: bool = True
+    reject_when_waiting: int | None = None
+    reject_status: int = 429
+    faults: FaultSpec | None = None
+    faults_seed: int = 0
+
+    def validate(self) -> None:
+        if self.speed <= 0:
+            raise ConfigError(f"--speed must be > 0 (got {self.speed})")
+        if self.faults is not None:
+            self.faults.validate()
+
+    def server(self, config: EngineConfig) -> SimServer:
+        return SimServer(config, speed=self.speed, metrics=self.metrics,
+                         reject_when_waiting=self.reject_when_waiting, reject_status=self.reject_status,
+                         faults=self.faults, faults_seed=self.faults_seed)
 
 
 def _bind_error(exc: OSError, host: str, port: int) -> ConfigError:
@@ -39,12 +66,14 @@ def _bind_error(exc: OSError, host: str, port: int) -> ConfigError:
 
 
 class SimServerHandle:
-    """A running twin server: ``.url``, ``.port``, ``.stop()``; also a context manager."""
+    """A running twin server: ``.url``, ``.port``, ``.pid`` (None in-process), ``.stop()``;
+    also a context manager."""
 
-    def __init__(self, host: str, port: int, stopper: _Stopper) -> None:
+    def __init__(self, host: str, port: int, stopper: _Stopper, pid: int | None = None) -> None:
         self.host = host
         self.port = port
         self.url = f"http://{host}:{port}"
+        self.pid = pid
         self._stopper = stopper
 
     def stop(self) -> None:
@@ -88,30 +117,34 @@ class _ProcessStopper(_Stopper):
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 def start_sim_server(config: EngineConfig, *, host: str = "127.0.0.1", port: int = 0, speed: float = 1.0,
                      metrics: bool = True, reject_when_waiting: int | None = None,
-                     reject_status: int = 429, in_process: bool = False) -> SimServerHandle:
-    """Start the twin's HTTP server in the background; ``port=0`` picks a free port."""
+                     reject_status: int = 429, in_process: bool = False, faults: FaultSpec | None = None,
+                     faults_seed: int = 0) -> SimServerHandle:
+    """Start the twin's HTTP server in the background; ``port=0`` picks a free port.
+
+    ``faults`` makes some requests fail on purpose (see ``plateau_bench.sim.faults``).
+    """
     config.validate()
-    if speed <= 0:
-        raise ConfigError(f"--speed must be > 0 (got {speed})")
+    options = ServeOptions(speed=speed, metrics=metrics, reject_when_waiting=reject_when_waiting,
+                           reject_status=reject_status, faults=faults, faults_seed=faults_seed)
+    options.validate()
     if in_process:
-        return _start_thread(config, host, port, speed, metrics, reject_when_waiting, reject_status)
+        return _start_thread(config, options, host, port)
     args = [sys.executable, "-m", "plateau_bench.sim.child", "--config", msgspec.json.encode(config).decode(),
-            "--host", host, "--port", str(port), "--speed", repr(speed), "--reject-status", str(reject_status)]
-    if not metrics:
-        args.append("--no-metrics")
-    if reject_when_waiting is not None:
-        args += ["--reject-when-waiting", str(reject_when_waiting)]
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    assert proc.stdout is not None
+            "--options", msgspec.json.encode(options).decode(), "--host", host, "--port", str(port),
+            "--watch-parent", str(os.getpid())]
+    # stdin stays open and unused: its end of file tells the child that this process is gone.
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
     line = _read_line(proc, READY_TIMEOUT_S)
     if line.startswith("READY "):
-        return SimServerHandle(host, int(line.split()[1]), _ProcessStopper(proc))
+        return SimServerHandle(host, int(line.split()[1]), _ProcessStopper(proc), pid=proc.pid)
     _ProcessStopper(proc).stop()
     if line.startswith("ERROR "):
         raise ConfigError(line[len("ERROR "):])
@@ -131,14 +164,12 @@ def _read_line(proc: subprocess.Popen[bytes], timeout_s: float) -> str:
     return result[0] if result else ""
 
 
-def _start_thread(config: EngineConfig, host: str, port: int, speed: float, metrics: bool,
-                  reject_when_waiting: int | None, reject_status: int) -> SimServerHandle:
+def _start_thread(config: EngineConfig, options: ServeOptions, host: str, port: int) -> SimServerHandle:
     loop = new_event_loop()
     holder: dict[str, object] = {}
 
     async def boot() -> int:
-        server = SimServer(config, speed=speed, metrics=metrics, reject_when_waiting=reject_when_waiting,
-                           reject_status=reject_status)
+        server = options.server(config)
         holder["server"] = server
         return await server.start(host, port)
 
@@ -156,24 +187,30 @@ def _start_thread(config: EngineConfig, host: str, port: int, speed: float, metr
     return SimServerHandle(host, bound, _ThreadStopper(loop, server, thread))
 
 
-async def serve_forever(config: EngineConfig, *, host: str, port: int, speed: float, metrics: bool,
-                        reject_when_waiting: int | None = None, reject_status: int = 429,
-                        on_ready: Callable[[int], None] | None = None) -> None:
-    """Serve in the foreground until SIGINT/SIGTERM (``plateau serve-sim`` and the child process)."""
-    server = SimServer(config, speed=speed, metrics=metrics, reject_when_waiting=reject_when_waiting,
-                       reject_status=reject_status)
+async def serve_forever(config: EngineConfig, options: ServeOptions, *, host: str, port: int,
+                        on_ready: Callable[[int], None] | None = None,
+                        stop: asyncio.Event | None = None) -> None:
+    """Serve in the foreground until SIGINT/SIGTERM or ``stop`` is set (``plateau serve-sim`` and the
+    child process). Open streams are aborted at once, so it ends within a second either way."""
+    options.validate()
+    server = options.server(config)
     try:
         bound = await server.start(host, port)
     except OSError as exc:
         raise _bind_error(exc, host, port) from None
-    stop = asyncio.Event()
+    stop = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
+        with contextlib.suppress(NotImplementedError):   # Windows: Ctrl-C raises KeyboardInterrupt
             loop.add_signal_handler(sig, stop.set)
+    if server.backlog_note is not None:
+        print(f"plateau serve-sim: {server.backlog_note}", file=sys.stderr, flush=True)
     if on_ready is not None:
         on_ready(bound)
     try:
         await stop.wait()
     finally:
         await server.stop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, ValueError):
+                loop.remove_signal_handler(sig)

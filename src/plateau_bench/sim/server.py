@@ -10,7 +10,11 @@ Endpoints follow vLLM: ``/v1/models``, ``/v1/completions`` and ``/v1/chat/comple
 ``choices`` when ``stream_options.include_usage`` is true, then ``data: [DONE]``), ``/tokenize``,
 ``/health``, ``/version`` and ``/metrics`` (see ``prom.py``). The twin has no end-of-sequence
 token: every request generates exactly ``max_tokens`` tokens, with or without ``ignore_eos``.
-Errors use OpenAI's body ``{"error": {"message", "type", "code"}}``.
+Errors use OpenAI's body ``{"error": {"message", "type", "code"}}``. With ``faults`` some
+requests fail on purpose (see ``faults``); the answers themselves are written by ``responses``.
+
+Stopping aborts the open streams first (their connections are dropped), so a server with
+thousands of open streams stops in well under a second instead of waiting for them.
 """
 
 from __future__ import annotations
@@ -19,33 +23,44 @@ import asyncio
 import contextlib
 import itertools
 import time
+from pathlib import Path
 from typing import Any
 
-import msgspec
 from aiohttp import web
 
 from plateau_bench import __version__
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.engine import Engine, RequestRejected, SimRequest
+from plateau_bench.sim.faults import STREAM_FAULTS, Fault, FaultPicker, FaultSpec
 from plateau_bench.sim.prom import SimMetrics
-from plateau_bench.sim.tokens import count_tokens, messages_text, output_text, prompt_text, token_ids
+from plateau_bench.sim.responses import Framing, Stream, stream_tokens, whole_answer
+from plateau_bench.sim.tokens import count_tokens, messages_text, prompt_text, token_ids
 
-_encode = msgspec.json.encode
 _DEFAULT_COMPLETION_MAX_TOKENS = 16   # the OpenAI/vLLM default for /v1/completions
+# aiohttp listens with a backlog of 128: a burst of C=4096 new connections overflows it, and each
+# dropped SYN costs its client a 1 s, 3 s, ... retransmission. The kernel caps it at somaxconn.
+LISTEN_BACKLOG = 4096
+# How long stop() lets handlers finish once their streams are aborted (they end at once; this only
+# bounds a handler stuck elsewhere, which aiohttp then cancels).
+_SHUTDOWN_GRACE_S = 0.5
+_SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
 
 
 def error_response(status: int, message: str, kind: str = "BadRequestError") -> web.Response:
     return web.json_response({"error": {"message": message, "type": kind, "code": status}}, status=status)
 
 
-class _Stream:
-    __slots__ = ("done", "emitted", "event", "req")
-
-    def __init__(self) -> None:
-        self.req: SimRequest | None = None
-        self.emitted = 0
-        self.done = False
-        self.event = asyncio.Event()
+def backlog_note(requested: int, somaxconn: Path = _SOMAXCONN) -> str | None:
+    """A warning when the kernel caps the listen backlog below ``requested`` (Linux), else None."""
+    try:
+        cap = int(somaxconn.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None   # not Linux, or unreadable: nothing to say
+    if cap >= requested:
+        return None
+    return (f"net.core.somaxconn is {cap}: the listen backlog is capped at {cap}, not {requested}, so a burst of "
+            f"more than {cap} new connections waits on SYN retries (raise it: sysctl -w "
+            f"net.core.somaxconn={requested})")
 
 
 class SimServer:
@@ -53,15 +68,20 @@ class SimServer:
 
     def __init__(self, config: EngineConfig, *, speed: float = 1.0, metrics: bool = True,
                  reject_when_waiting: int | None = None, reject_status: int = 429,
-                 min_tick_s: float = 0.002) -> None:
+                 min_tick_s: float = 0.002, faults: FaultSpec | None = None, faults_seed: int = 0,
+                 backlog: int = LISTEN_BACKLOG) -> None:
         self.config = config
         self.speed = speed
         self.reject_when_waiting = reject_when_waiting
         self.reject_status = reject_status
         self.min_tick_s = min_tick_s
+        self.backlog = backlog
+        self.backlog_note: str | None = None
+        self._faults = FaultPicker(faults, faults_seed) if faults is not None and faults.any else None
+        self._closing = asyncio.Event()
         self.engine = Engine(config, on_finish=self._finished)
         self.metrics = SimMetrics(config.model_name, self.engine.state) if metrics else None
-        self._streams: dict[int, _Stream] = {}
+        self._streams: dict[int, Stream] = {}
         self._wake = asyncio.Event()
         self._wall0 = time.monotonic()
         self._ids = itertools.count(1)
@@ -86,9 +106,11 @@ class SimServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Bind and serve; returns the port. OSError (e.g. port in use) propagates."""
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=_SHUTDOWN_GRACE_S)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_address=True)
+        site = web.TCPSite(self._runner, host, port, reuse_address=True, backlog=self.backlog)
+        self.backlog_note = backlog_note(self.backlog)
         try:
             await site.start()
         except OSError:
@@ -102,11 +124,19 @@ class SimServer:
         return self.port
 
     async def stop(self) -> None:
+        """Abort the open streams, close the listener and connections, then stop the clock.
+
+        The clock stops last: until then a handler that is still writing keeps its tokens coming.
+        """
+        self._closing.set()
+        for stream in self._streams.values():
+            stream.aborted = True
+            stream.event.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
         if self._clock is not None:
             self._clock.cancel()
             await asyncio.gather(self._clock, return_exceptions=True)
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     # -- the clock ----------------------------------------------------------------------
     def _virtual_now(self) -> float:
@@ -118,8 +148,7 @@ class SimServer:
             vnow = self._virtual_now()
             engine.run_until(vnow)
             for stream in self._streams.values():
-                req = stream.req
-                if req is not None and (stream.done or engine.sent_tokens(req) > stream.emitted):
+                if stream.done or engine.sent_tokens(stream.req) > stream.emitted:
                     stream.event.set()
             nxt = engine.next_event_time()
             if nxt is None:
@@ -186,95 +215,54 @@ class SimServer:
         max_tokens = self._max_tokens(body, n_prompt, chat)
         if isinstance(max_tokens, str):
             return error_response(400, max_tokens)
+        fault = self._faults.draw(max_tokens) if self._faults is not None else None
+        if fault is not None and fault.name not in STREAM_FAULTS:
+            early = await self._early_fault(fault)
+            if early is not None:
+                return early
+            fault = None
+        if self._closing.is_set():
+            return error_response(503, "The server is shutting down.", "ServiceUnavailableError")
         limit = self.reject_when_waiting
         if limit is not None and self.engine.state().waiting > limit:
             kind = "RateLimitError" if self.reject_status == 429 else "ServiceUnavailableError"
             return error_response(self.reject_status, f"Too many waiting requests (more than {limit}).", kind)
-        stream = _Stream()
         try:
             req = self.engine.submit(n_prompt, max_tokens, arrival=self._virtual_now())
         except RequestRejected as exc:
             return error_response(400, str(exc))
-        stream.req = req
+        stream = Stream(req)
         self._streams[req.rid] = stream
         self._wake.set()
+        framing = Framing(req, self.config.model_name, self._created, chat=chat)
         try:
             if body.get("stream"):
                 options = body.get("stream_options")
                 usage = isinstance(options, dict) and bool(options.get("include_usage"))
-                try:
-                    return await self._stream(request, stream, chat=chat, include_usage=usage)
-                except ConnectionResetError:
-                    # The client went away (a level stopped early, Ctrl-C): the request is aborted
-                    # below, as a real server does; nothing to log.
-                    return web.Response(status=499)
-            return await self._whole(stream, chat=chat)
+                return await stream_tokens(request, stream, self.engine, framing, include_usage=usage,
+                                           fault=fault, closing=self._closing)
+            return await whole_answer(request, stream, self.engine, framing, fault=fault, closing=self._closing)
+        except ConnectionResetError:
+            # The client went away (a level stopped early, Ctrl-C), the server is stopping, or a fault
+            # dropped the connection: the request is aborted below, as a real server does.
+            return web.Response(status=499)
         finally:
             self._streams.pop(req.rid, None)
             if not stream.done:
-                self.engine.abort(req)
+                self.engine.abort(req)   # frees its slot and KV blocks
 
-    async def _whole(self, stream: _Stream, *, chat: bool) -> web.Response:
-        req = stream.req
-        assert req is not None
-        while not stream.done:
-            await stream.event.wait()
-            stream.event.clear()
-        text = output_text(req.rid, 0, req.output)
-        usage = {"prompt_tokens": req.prompt, "completion_tokens": req.output,
-                 "total_tokens": req.prompt + req.output}
-        if chat:
-            choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                      "logprobs": None, "finish_reason": "length"}
-            obj, prefix = "chat.completion", "chatcmpl"
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None}
-            obj, prefix = "text_completion", "cmpl"
-        return web.json_response({"id": f"{prefix}-{req.rid}", "object": obj, "created": self._created,
-                                  "model": self.config.model_name, "choices": [choice], "usage": usage})
-
-    async def _stream(self, request: web.Request, stream: _Stream, *, chat: bool,
-                      include_usage: bool) -> web.StreamResponse:
-        req = stream.req
-        assert req is not None
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        model = _encode(self.config.model_name).decode()
-        if chat:
-            head = (f'data: {{"id":"chatcmpl-{req.rid}","object":"chat.completion.chunk",'
-                    f'"created":{self._created},"model":{model},"choices":[{{"index":0,').encode()
-            await response.write(head + b'"delta":{"role":"assistant"},"logprobs":null,"finish_reason":null}]}\n\n')
-            text_open, text_close = b'"delta":{"content":', b'},"logprobs":null,"finish_reason":'
-            tail = b"}]}\n\n"
-        else:
-            head = (f'data: {{"id":"cmpl-{req.rid}","object":"text_completion","created":{self._created},'
-                    f'"model":{model},"choices":[{{"index":0,').encode()
-            text_open, text_close = b'"text":', b',"logprobs":null,"finish_reason":'
-            tail = b',"stop_reason":null}],"usage":null}\n\n'
-        engine = self.engine
-        while True:
-            await stream.event.wait()
-            stream.event.clear()
-            sent = engine.sent_tokens(req)
-            if sent > stream.emitted or stream.done:
-                last = stream.done
-                text = output_text(req.rid, stream.emitted, sent)
-                stream.emitted = sent
-                await response.write(head + text_open + _encode(text) + text_close
-                                     + (b'"length"' if last else b"null") + tail)
-            if stream.done:
-                break
-        if include_usage:
-            usage = {"prompt_tokens": req.prompt, "completion_tokens": req.output,
-                     "total_tokens": req.prompt + req.output}
-            obj = "chat.completion.chunk" if chat else "text_completion"
-            prefix = "chatcmpl" if chat else "cmpl"
-            chunk = {"id": f"{prefix}-{req.rid}", "object": obj, "created": self._created,
-                     "model": self.config.model_name, "choices": [], "usage": usage}
-            await response.write(b"data: " + _encode(chunk) + b"\n\n")
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
+    async def _early_fault(self, fault: Fault) -> web.Response | None:
+        """The faults that strike before the engine sees the request; None: go on (slow headers)."""
+        spec = self._faults.spec if self._faults is not None else FaultSpec()
+        if fault.name == "http_500":
+            return error_response(500, "Internal server error (injected fault).", "InternalServerError")
+        if fault.name == "http_429":
+            response = error_response(429, "Rate limit exceeded (injected fault).", "RateLimitError")
+            response.headers["Retry-After"] = str(spec.retry_after_s)
+            return response
+        with contextlib.suppress(TimeoutError):   # slow_headers; the server's stop cuts it short
+            await asyncio.wait_for(self._closing.wait(), spec.slow_headers_s)
+        return None
 
     # -- small endpoints ----------------------------------------------------------------
     async def _models(self, request: web.Request) -> web.Response:

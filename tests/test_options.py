@@ -114,3 +114,16 @@ def test_check_load_size_counts_the_headroom(
         o.check_load_size(5000)
     with pytest.raises(ConfigError, match="more than 1,000,000"):
         o.check_load_size(10**7)
+
+
+@pytest.mark.parametrize(("api_key", "headers", "given"), [
+    ("sk-9", None, "--api-key"),
+    (None, ["Authorization: Bearer t"], "--header Authorization"),
+])
+def test_url_credentials_and_another_authorization_are_refused(
+    api_key: str | None, headers: list[str] | None, given: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        spec("http://u:pw-77@h:8000", headers=headers, api_key=api_key)
+    assert str(caught.value).startswith(f"--url carries credentials (user:password@) and {given} is given too")
+    assert "pw-77" not in str(caught.value) and "sk-9" not in str(caught.value)

@@ -148,20 +148,37 @@ def is_secret_header(name: str, named: tuple[str, ...] | list[str] = ()) -> bool
 _is_secret_header = is_secret_header  # the former private name
 
 
-def redact_url(url: str) -> str:
-    """``url`` with its userinfo and the values of secret-named query parameters as ``***``.
+def split_userinfo(url: str) -> tuple[str, str | None]:
+    """``(url without its userinfo, the userinfo or None)``: ``http://u:p@h/x`` -> ``(http://h/x, u:p)``.
 
-    ``http://user:pw@h:8000/v1`` -> ``http://***@h:8000/v1``; ``http://h/?api_key=k&x=1`` ->
-    ``http://h/?api_key=***&x=1``. Works on URLs without a scheme (``user:pw@h:8000``) too.
+    Works on URLs without a scheme (``u:p@h:8000``) too; an ``@`` after the host is not userinfo.
     """
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "", url
     cuts = [i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0]
     end = min(cuts) if cuts else len(rest)
+    userinfo, at, host = rest[:end].rpartition("@")
+    if not at:
+        return url, None
+    return f"{scheme}{sep}{host}{rest[end:]}", userinfo
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its userinfo and the values of secret-named query parameters as ``***``.
+
+    ``http://user:pw@h:8000/v1`` -> ``http://***@h:8000/v1``; ``http://h/?api_key=k&x=1`` ->
+    ``http://h/?api_key=***&x=1``. Works on URLs without a scheme (``user:pw@h:8000``) too.
+    """
+    bare, userinfo = split_userinfo(url)
+    scheme, sep, rest = bare.partition("://")
+    if not sep:
+        scheme, rest = "", bare
+    cuts = [i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0]
+    end = min(cuts) if cuts else len(rest)
     authority, tail = rest[:end], rest[end:]
-    if "@" in authority:
-        authority = f"{REDACTED}@{authority.rpartition('@')[2]}"
+    if userinfo is not None:
+        authority = f"{REDACTED}@{authority}"
     query_at = tail.find("?")
     if query_at >= 0:
         fragment_at = tail.find("#", query_at)

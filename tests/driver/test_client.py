@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import statistics
 import time
@@ -386,6 +387,14 @@ async def test_echoed_secret_headers_are_redacted(
     assert record.error_detail == "HTTP 500: engine failed for ***"
     credential = value.split()[-1]
     assert credential not in msgspec.json.encode(record).decode()
+
+
+async def test_url_credentials_go_as_basic_auth_and_an_api_key_wins(server: ScriptedServer) -> None:
+    url = server.url.replace("http://", "http://bench:pw-1@")
+    assert (await send_one(target(url))).ok
+    assert server.served[-1].headers["Authorization"] == "Basic " + base64.b64encode(b"bench:pw-1").decode()
+    assert (await send_one(target(url, api_key=SECRET))).ok  # aiohttp refuses both: no crash here
+    assert server.served[-1].headers["Authorization"] == f"Bearer {SECRET}"
 
 
 async def test_url_credentials_never_reach_the_record(server: ScriptedServer) -> None:

@@ -15,6 +15,7 @@ from plateau_bench.driver.target import (
     discover,
     display_url,
     redact,
+    request_headers,
     secrets_of,
     tokenize_remote,
     wait_ready,
@@ -148,3 +149,23 @@ def test_every_kind_of_secret_is_found() -> None:
 def test_redact_masks_the_userinfo_of_any_url_in_a_text() -> None:
     text = "InvalidURL: http://x:y@h:99999/v1 and https://k@other/ but not a@b.c"
     assert redact(text, ()) == "InvalidURL: http://***@h:99999/v1 and https://***@other/ but not a@b.c"
+
+
+def test_url_credentials_travel_as_basic_auth_and_never_in_the_url() -> None:
+    spec = TargetSpec(url="http://us%40er:p%3Ass@h:8000/v1")
+    assert base_url(spec) == "http://h:8000"
+    basic = base64.b64encode(b"us@er:p:ss").decode()
+    assert request_headers(spec)["Authorization"] == f"Basic {basic}"
+    assert request_headers(TargetSpec(url="http://u:p@h", api_key="sk-1"))["Authorization"] == "Bearer sk-1"
+    explicit = TargetSpec(url="http://u:p@h", api_key="sk-1", headers={"authorization": "Token t"})
+    assert {k: v for k, v in request_headers(explicit).items() if k.lower() == "authorization"} == {
+        "authorization": "Token t"}
+    assert "Authorization" not in request_headers(TargetSpec(url="http://h"))
+
+
+async def test_the_server_gets_the_url_credentials(server: ScriptedServer) -> None:
+    url = server.url.replace("http://", "http://bench:pw-1@")
+    info = await discover(TargetSpec(url=url))
+    assert info.url == server.url.replace("http://", "http://***@")
+    async with aiohttp.ClientSession() as session:  # the scripted server logs only streamed requests
+        assert await tokenize_remote(TargetSpec(url=url), "tiny", "a b", session=session) == 3

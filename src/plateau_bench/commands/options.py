@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.spec import TargetSpec, WorkloadSpec, parse_duration, redact_url
+from plateau_bench.spec import TargetSpec, WorkloadSpec, parse_duration, redact_url, split_userinfo
 
 TARGET = "Target"
 WORKLOAD = "Workload"
@@ -111,6 +111,10 @@ def target_spec(url: str, model: str | None, endpoint: str, api_key: str | None,
             raise ConfigError(f"--secret-header {name} names no --header given (check the spelling)")
     if api_key is not None and ("\r" in api_key or "\n" in api_key):
         raise ConfigError("--api-key holds a line break")
+    if split_userinfo(url)[1] is not None and (api_key or "authorization" in lowered):
+        given = "--api-key" if api_key else "--header Authorization"
+        raise ConfigError(f"--url carries credentials (user:password@) and {given} is given too: both are the "
+                          "Authorization header; give one")
     return TargetSpec(url=url.rstrip("/"), model=model, endpoint=endpoint,  # type: ignore[arg-type]
                       api_key=api_key or None, headers=parsed, timeout_s=parse_duration(timeout, "--timeout"),
                       secret_headers=named)

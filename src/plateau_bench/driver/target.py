@@ -25,7 +25,7 @@ import aiohttp
 import msgspec
 
 from plateau_bench.errors import TargetError
-from plateau_bench.spec import REDACTED, TargetSpec, is_secret_header, redact_url
+from plateau_bench.spec import REDACTED, TargetSpec, is_secret_header, redact_url, split_userinfo
 
 _PROBE_TIMEOUT_S = 10.0
 _DNS_ERROR: tuple[type[BaseException], ...] = tuple(
@@ -34,7 +34,7 @@ _DNS_ERROR: tuple[type[BaseException], ...] = tuple(
 
 
 class TargetInfo(msgspec.Struct, frozen=True, kw_only=True):
-    url: str                        # base URL, no trailing /v1, password removed
+    url: str                        # base URL, no trailing /v1, userinfo shown as ***
     model: str                      # the model requests will name
     models: list[str]               # every model the server lists
     server: str | None = None       # "vllm" | "sglang" | "llamacpp" | other owned_by value
@@ -46,14 +46,31 @@ class TargetInfo(msgspec.Struct, frozen=True, kw_only=True):
 # --- URLs and secrets -------------------------------------------------------------------------
 
 
-def base_url(target: TargetSpec) -> str:
-    """The server root: ``http://h:8000/v1/`` and ``http://h:8000`` both give ``http://h:8000``."""
+def _root(target: TargetSpec) -> str:
     url = target.url.strip().rstrip("/")
     if "://" not in url:
         url = "http://" + url
     if url.endswith("/v1"):
         url = url[:-3]
     return url
+
+
+def base_url(target: TargetSpec) -> str:
+    """The server root: ``http://h:8000/v1/`` and ``http://h:8000`` both give ``http://h:8000``.
+
+    Without userinfo: credentials in the URL travel as a Basic ``Authorization`` header
+    (``request_headers``), so no URL the client builds or shows carries them.
+    """
+    return split_userinfo(_root(target))[0]
+
+
+def url_credentials(target: TargetSpec) -> tuple[str, str] | None:
+    """``(user, password)`` from the URL's userinfo, percent-decoded; None without userinfo."""
+    userinfo = split_userinfo(_root(target))[1]
+    if userinfo is None:
+        return None
+    user, _, password = userinfo.partition(":")
+    return unquote(user), unquote(password)
 
 
 def display_url(url: str) -> str:
@@ -74,19 +91,13 @@ def secrets_of(target: TargetSpec) -> tuple[str, ...]:
             credential = _AUTH_SCHEME.match(value)  # a server may echo the credential alone
             if credential:
                 found.append(credential.group(1))
-    try:
-        parts = urlsplit(base_url(target))
-        user, password = parts.username, parts.password
-    except ValueError:  # a malformed URL: its userinfo is masked where it is shown
-        parts, user, password = None, None, None
-    for raw in (user, password):
-        if raw:
-            found += [raw, unquote(raw)]
-    if user is not None or password is not None:
-        pair = f"{unquote(user or '')}:{unquote(password or '')}"
-        found.append(base64.b64encode(pair.encode()).decode())  # aiohttp sends Basic auth
-    if parts is not None and parts.query:
-        found += [v for k, v in parse_qsl(parts.query) if is_secret_header(k) and v]
+    userinfo = split_userinfo(_root(target))[1]
+    if userinfo is not None:
+        user, _, password = userinfo.partition(":")
+        found += [user, unquote(user), password, unquote(password), _basic(target) or ""]
+    query = urlsplit(base_url(target)).query
+    if query:
+        found += [v for k, v in parse_qsl(query) if is_secret_header(k) and v]
     # Longest first, so a secret that contains another is removed whole.
     return tuple(sorted({s for s in found if len(s) >= 3}, key=len, reverse=True))
 
@@ -101,10 +112,22 @@ def redact(text: str, secrets: tuple[str, ...]) -> str:
     return text
 
 
+def _basic(target: TargetSpec) -> str | None:
+    credentials = url_credentials(target)
+    if credentials is None:
+        return None
+    return base64.b64encode(":".join(credentials).encode()).decode()
+
+
 def request_headers(target: TargetSpec) -> dict[str, str]:
+    """Every header a request carries. ``Authorization``: a ``--header`` one, else the API key
+    (Bearer), else the URL's userinfo (Basic)."""
     headers = {"Content-Type": "application/json", "Accept-Encoding": "identity"}
-    if target.api_key:
-        headers["Authorization"] = f"Bearer {target.api_key}"
+    if not any(name.lower() == "authorization" for name in target.headers):
+        if target.api_key:
+            headers["Authorization"] = f"Bearer {target.api_key}"
+        elif (basic := _basic(target)) is not None:
+            headers["Authorization"] = f"Basic {basic}"
     headers.update(target.headers)
     return headers
 
@@ -146,7 +169,7 @@ class _ModelList(msgspec.Struct):
 async def discover(target: TargetSpec) -> TargetInfo:
     """Check the target and fill in what the run needs. Raises TargetError."""
     root = base_url(target)
-    shown = display_url(root)
+    shown = display_url(_root(target))
     secrets = secrets_of(target)
     async with _session(target, min(target.timeout_s, _PROBE_TIMEOUT_S)) as session:
         try:
@@ -221,7 +244,7 @@ async def wait_ready(target: TargetSpec, timeout_s: float, *, poll_s: float = 0.
     Raises TargetError after ``timeout_s`` saying what it waited for and the last answer.
     """
     root = base_url(target)
-    shown = display_url(root)
+    shown = display_url(_root(target))
     secrets = secrets_of(target)
     deadline = time.monotonic() + timeout_s
     last = "no answer yet"

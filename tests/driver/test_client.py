@@ -453,6 +453,28 @@ async def test_a_stopped_stream_does_not_poison_the_pool(server: ScriptedServer)
     assert second.ok and second.output_tokens == 5 and len(second.chunk_ns) == 5
 
 
+async def test_a_hung_request_keeps_what_it_streamed(server: ScriptedServer) -> None:
+    """The load loop's hung record, taken while the request is still in flight, then cancelled."""
+    server.plan.ttft_s, server.plan.itl_s = 0.01, 0.05
+    t0 = time.monotonic_ns()
+    async with StreamingClient(target(server.url, api_key=SECRET), concurrency=2, t0_ns=t0) as client:
+        assert client.partial_record(7, error=ErrorClass.HUNG, detail="x") is None
+        task = asyncio.create_task(client.send(index=7, prompt="p", prompt_tokens=3, max_tokens=100,
+                                               scheduled_ns=5, worker=2))
+        await asyncio.sleep(0.2)
+        record = client.partial_record(7, error=ErrorClass.HUNG, detail=f"still in flight ({SECRET})")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert client.partial_record(7, error=ErrorClass.HUNG, detail="x") is None
+    assert record is not None
+    assert (record.index, record.worker, record.scheduled_ns, record.http_status) == (7, 2, 5, 200)
+    assert record.error == "hung" and record.error_detail == "still in flight (***)"
+    assert 1 <= record.output_tokens == len(record.chunk_ns) < 100
+    assert record.first_token_ns == record.chunk_ns[0] and record.end_ns >= record.chunk_ns[-1]
+    assert record.connect_ns is not None and record.prompt_tokens == 3
+
+
 async def test_cancellation_propagates_and_leaves_nothing_behind(server: ScriptedServer) -> None:
     server.plan.ttft_s, server.plan.itl_s = 0.01, 0.05
     async with StreamingClient(target(server.url), concurrency=1) as client:
@@ -463,3 +485,4 @@ async def test_cancellation_propagates_and_leaves_nothing_behind(server: Scripte
         with pytest.raises(asyncio.CancelledError):
             await task
     assert not client_module._READ_SINKS
+    assert not client._in_flight

@@ -72,17 +72,26 @@ _ERROR_BODY_MAX = 4096
 _KEEPALIVE_S = 4.0
 
 
-class _ConnectClock:
-    """The request in flight in this task: when its connection became ready."""
+class _InFlight:
+    """One request in flight: when its connection became ready, and what it has streamed so far."""
 
-    __slots__ = ("clock", "ready_ns")
+    __slots__ = ("acc", "clock", "prompt_tokens", "ready_ns", "scheduled_ns", "sent_ns", "status", "warmup",
+                 "worker")
 
-    def __init__(self, clock: Callable[[], int]) -> None:
+    def __init__(self, clock: Callable[[], int], acc: StreamAccumulator, scheduled_ns: int, worker: int,
+                 warmup: bool, prompt_tokens: int) -> None:
         self.clock = clock
+        self.acc = acc
+        self.scheduled_ns = scheduled_ns
+        self.worker = worker
+        self.warmup = warmup
+        self.prompt_tokens = prompt_tokens
         self.ready_ns: int | None = None
+        self.sent_ns = 0
+        self.status: int | None = None
 
 
-_CONNECTING: ContextVar[_ConnectClock | None] = ContextVar("plateau_connecting", default=None)
+_CONNECTING: ContextVar[_InFlight | None] = ContextVar("plateau_connecting", default=None)
 
 
 class _TimedConnector(aiohttp.TCPConnector):
@@ -124,6 +133,7 @@ class StreamingClient:
         # Set once the server is seen closing connections it announced as kept alive: from then on
         # every request gets a connection of its own (see ``send``).
         self._fresh_session: aiohttp.ClientSession | None = None
+        self._in_flight: dict[int, _InFlight] = {}
 
     def _new_session(self, *, reuse: bool) -> aiohttp.ClientSession:
         connector = (
@@ -195,16 +205,18 @@ class StreamingClient:
         detail: str | None = None
         content_type = ""
         cut: str | None = None  # how the body of a 200 answer was cut off, if it was
-        connecting = _ConnectClock(clock)
+        connecting = _InFlight(clock, acc, scheduled_ns, worker, warmup, prompt_tokens)
+        in_flight = self._in_flight
+        in_flight[index] = connecting
         token = _CONNECTING.set(connecting)
-        sent_ns = clock() - t0
+        sent_ns = connecting.sent_ns = clock() - t0
         if self._fresh_session is not None:
             session = self._fresh_session
         try:
             for attempt in range(2):
                 try:
                     async with session.post(self._url, data=body) as resp:
-                        status = resp.status
+                        status = connecting.status = resp.status
                         if status != 200:
                             error, detail = _http_error(status, b"")  # kept if the body is cut off
                             error, detail = _http_error(status, await resp.content.read(_ERROR_BODY_MAX))
@@ -257,6 +269,8 @@ class StreamingClient:
                 error, detail = ErrorClass.PROTOCOL, f"{type(exc).__name__}: {exc.strerror or exc}"
         finally:
             _CONNECTING.reset(token)
+            if in_flight.get(index) is connecting:
+                del in_flight[index]
         end_ns = acc.last_byte_ns if acc.last_byte_ns is not None else clock() - t0
         ready_ns = connecting.ready_ns
 
@@ -287,6 +301,41 @@ class StreamingClient:
             warmup=warmup,
             usage_tokens=counts.usage_tokens,
             connect_ns=ready_ns - t0 - sent_ns if ready_ns is not None else None,
+        )
+
+    def partial_record(self, index: int, *, error: ErrorClass, detail: str) -> RequestRecord | None:
+        """What request ``index``, still in flight, has streamed so far, as a failed record.
+
+        For the load loop's ``hung`` requests (still in flight after a level's grace period): their
+        record keeps the tokens that arrived, like every failed record. ``end_ns`` is now. The
+        request itself is left alone (the caller cancels it). None when no request ``index`` is
+        in flight.
+        """
+        state = self._in_flight.get(index)
+        if state is None:
+            return None
+        acc = state.acc
+        counts = acc.counts(self.count_tokens)
+        ready_ns = state.ready_ns
+        return RequestRecord(
+            index=index,
+            worker=state.worker,
+            scheduled_ns=state.scheduled_ns,
+            sent_ns=state.sent_ns,
+            end_ns=self.clock_ns() - self.t0_ns,
+            first_token_ns=acc.first_token_ns,
+            first_reasoning_ns=acc.first_reasoning_ns,
+            chunk_ns=list(acc.chunk_ns),  # the stream may still grow until the cancel lands
+            chunk_tokens=counts.chunk_tokens,
+            prompt_tokens=acc.usage_prompt if acc.usage_prompt is not None else state.prompt_tokens,
+            output_tokens=counts.output_tokens,
+            token_source=counts.source,
+            error=error.value,
+            error_detail=_shorten(redact(detail, self._secrets)),
+            http_status=state.status,
+            warmup=state.warmup,
+            usage_tokens=counts.usage_tokens,
+            connect_ns=ready_ns - self.t0_ns - state.sent_ns if ready_ns is not None else None,
         )
 
 

@@ -185,11 +185,10 @@ async def whole_answer(request: web.Request, stream: Stream, engine: Engine, fra
     at = fault.at if fault is not None and fault.name != "malformed" else -1
     while not stream.done and not 0 <= at <= engine.sent_tokens(req):
         await _wait(request, stream)
-    if at >= 0 and fault is not None:
-        if fault.name == "truncate":
-            return web.json_response(framing.whole(at, finished=False))
+    truncated = fault is not None and fault.name == "truncate"
+    if at >= 0 and fault is not None and not truncated:
         await strike(request, fault, engine, req, closing)
-    body = _encode(framing.whole(req.output, finished=True))
+    body = _encode(framing.whole(at, finished=False) if truncated else framing.whole(req.output, finished=True))
     if fault is not None and fault.name == "malformed":
         body = body[: len(body) // 2]
     return web.Response(body=body, content_type="application/json")

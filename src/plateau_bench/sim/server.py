@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
 from pathlib import Path
 from typing import Any
@@ -84,7 +83,6 @@ class SimServer:
         self._streams: dict[int, Stream] = {}
         self._wake = asyncio.Event()
         self._wall0 = time.monotonic()
-        self._ids = itertools.count(1)
         self._created = int(time.time())
         self._clock: asyncio.Task[None] | None = None
         self._runner: web.AppRunner | None = None

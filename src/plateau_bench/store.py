@@ -33,9 +33,11 @@ from typing import Any, Literal
 import msgspec
 
 from plateau_bench.errors import ConfigError, ResultsError
+from plateau_bench.level_run import HealthSample
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import SCHEMA_VERSION, HostInfo, LevelResult, ResultFile, ToolInfo
 from plateau_bench.store_migrate import migrate
+from plateau_bench.telemetry.samples import TelemetrySample
 
 RESULT_FILE = "result.json"
 REQUESTS_FILE = "requests.jsonl"
@@ -135,9 +137,9 @@ class ResultWriter:
             self.add_request(level, r, attempt)
         self._flush_streams()
 
-    def add_telemetry(self, level: str, sample: msgspec.Struct, attempt: int = 1) -> None:
-        line = {"level": level, "attempt": attempt, **msgspec.to_builtins(sample)}
-        self._write(self._telemetry, _encoder.encode(line))
+    def add_telemetry(self, level: str, sample: TelemetrySample | HealthSample, attempt: int = 1) -> None:
+        flat = sample.to_line() if isinstance(sample, TelemetrySample) else msgspec.to_builtins(sample)
+        self._write(self._telemetry, _encoder.encode({"level": level, "attempt": attempt, **flat}))
 
     def _write(self, fh: Any, data: bytes) -> None:
         try:

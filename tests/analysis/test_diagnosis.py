@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from plateau_bench.analysis.diagnosis import diagnose
-from plateau_bench.result import Latency, LevelResult
+from plateau_bench.result import ClientHealth, Latency, LevelResult, ServerTelemetry
 
 
 def level(c: int, tput: float, *, dec: float, peak: int, ttft: float, tpot: float, mode: str = "steady",
@@ -20,7 +20,7 @@ def level(c: int, tput: float, *, dec: float, peak: int, ttft: float, tpot: floa
         achieved_concurrency=achieved if achieved is not None else float(c), wall_s=wall,
         ttft_ms=Latency(mean=ttft, p50=ttft, p99=ttft * 1.1), tpot_ms=Latency(mean=tpot, p50=tpot, p99=tpot),
         itl_ms=Latency(mean=tpot, p50=tpot, p99=tpot, max=itl_max or tpot * 1.5),
-        telemetry=telemetry or {}, client=client or {},
+        telemetry=ServerTelemetry(**(telemetry or {})), client=ClientHealth(**(client or {})),
     )
 
 
@@ -90,7 +90,7 @@ def test_kv_capacity_from_server_preemptions() -> None:
 def test_load_generator_is_named_first() -> None:
     levels = capped_levels()
     starved = levels[-1]
-    starved.client = {"cpu_pct_max": 99.0, "loop_lag_ms_p99": 180.0}
+    starved.client = ClientHealth(cpu_pct_max=99.0, loop_lag_ms_p99=180.0)
     starved.achieved_concurrency = 300.0
     v = diagnose(levels)
     assert v.constraint == "load_generator"
@@ -118,7 +118,7 @@ def test_single_level_is_not_enough() -> None:
 
 def test_a_stalled_client_makes_every_figure_untrustworthy() -> None:
     levels = capped_levels()
-    levels[5].client = {"cpu_pct_max": 60.0, "loop_lag_ms_p99": 850.0}
+    levels[5].client = ClientHealth(cpu_pct_max=60.0, loop_lag_ms_p99=850.0)
     v = diagnose(levels)
     assert v.constraint == "load_generator"
     assert "stalled" in v.headline and "850 ms" in v.headline

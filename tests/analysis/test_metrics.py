@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from plateau_bench.analysis.metrics import Window, compute_level, full_window, seed_line, steady_window
+from plateau_bench.analysis.metrics import Window, compute_level, full_window, steady_window
 from plateau_bench.records import RequestRecord
+from plateau_bench.report.terminal import seed_line
 
 MS = 1_000_000
 

@@ -8,10 +8,12 @@ import time
 
 import pytest
 
-from plateau_bench.driver.health import HealthSampler, summarize_health
+from plateau_bench.analysis.health import summarize_health
+from plateau_bench.driver.health import HealthSampler
 from plateau_bench.driver.load import LoadProgress, run_level
 from plateau_bench.errors import ErrorClass
 from plateau_bench.records import RequestRecord
+from plateau_bench.result import ClientHealth
 from plateau_bench.spec import LevelSpec
 from plateau_bench.workload.arrivals import arrival_offsets_ns
 from plateau_bench.workload.prompts import Prompt
@@ -205,19 +207,19 @@ async def test_on_record_failure_ends_the_level_with_that_error() -> None:
 
 
 async def test_health_sampler_sees_a_starved_loop() -> None:
-    async def sample(busy: float) -> dict[str, float]:
+    async def sample(busy: float) -> ClientHealth:
         async with HealthSampler(interval_s=0.05, busy_fraction=busy, in_flight=lambda: 3) as sampler:
             await asyncio.sleep(0.4)
-        return sampler.summary()
+        return summarize_health(sampler.samples)
 
     idle, busy = await sample(0.0), await sample(0.8)
-    assert busy["cpu_pct_mean"] > idle["cpu_pct_mean"]
-    assert busy["loop_lag_ms_max"] >= 5.0  # the loop is blocked 16 ms in every 20
-    assert busy["in_flight_mean"] == 3.0
-    assert set(busy) >= {"cpu_pct_mean", "cpu_pct_max", "loop_lag_ms_p99", "loop_lag_ms_max"}
+    assert (busy.cpu_pct_mean or 0.0) > (idle.cpu_pct_mean or 0.0)
+    assert (busy.loop_lag_ms_max or 0.0) >= 5.0  # the loop is blocked 16 ms in every 20
+    assert busy.in_flight_mean == 3.0
+    assert busy.loop_lag_ms_p99 is not None and busy.cpu_pct_max is not None and busy.samples > 0
 
 
 def test_health_summary_of_no_samples_is_empty() -> None:
-    assert summarize_health([]) == {}
+    assert summarize_health([]) == ClientHealth()
     with pytest.raises(ValueError, match="busy_fraction"):
         HealthSampler(busy_fraction=1.0)

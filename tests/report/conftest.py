@@ -16,10 +16,13 @@ from typing import Any
 
 import pytest
 
-from plateau_bench.analysis.metrics import NS, compute_level
+from plateau_bench.analysis.metrics import compute_level
 from plateau_bench.records import RequestRecord
-from plateau_bench.result import LevelResult
-from plateau_bench.report.results import ResultWriter
+from plateau_bench.result import Knee, LevelResult, Plateau, ResultFile, RunSpec, TargetPublic, TwinInfo, Verdict
+from plateau_bench.spec import WorkloadSpec
+from plateau_bench.store import ResultWriter
+from plateau_bench.telemetry.samples import TelemetrySample
+from plateau_bench.units import NS
 
 MS = 1_000_000
 
@@ -48,15 +51,15 @@ def synth_level(concurrency: int, *, cap: int = 64, mode: str = "steady", per_wo
     return records
 
 
-def telemetry_samples(records: list[RequestRecord], cap: int, every_s: float = 0.5) -> list[dict[str, Any]]:
+def telemetry_samples(records: list[RequestRecord], cap: int, every_s: float = 0.5) -> list[TelemetrySample]:
     last = max(r.end_ns for r in records)
     samples = []
     t = 0
     while t <= last:
         in_flight = sum(1 for r in records if r.sent_ns <= t < r.end_ns)
         running = min(in_flight, cap)
-        samples.append({"t_ns": t, "running": running, "waiting": in_flight - running,
-                        "kv_usage": running / cap * 0.8})
+        samples.append(TelemetrySample(t_ns=t, values={"running": running, "waiting": in_flight - running,
+                                                       "kv_usage": running / cap * 0.8}))
         t += int(every_s * NS)
     return samples
 
@@ -64,10 +67,11 @@ def telemetry_samples(records: list[RequestRecord], cap: int, every_s: float = 0
 def write_sweep(out: Path, concurrencies: list[int], *, cap: int = 64, mode: str = "steady",
                 per_worker: int = 3, output_len: int = 64, input_len: int = 128, telemetry: bool = True,
                 verdict: bool = True) -> list[LevelResult]:
-    spec = {"workload": {"input_len": input_len, "output_len": output_len},
-            "target": {"url": "http://127.0.0.1:8000", "model": "m", "endpoint": "chat"}, "preset": "tiny"}
+    spec = RunSpec(workload=WorkloadSpec(input_len=input_len, output_len=output_len),
+                   target=TargetPublic(url="http://127.0.0.1:8000", model="m", endpoint="chat"),
+                   twin=TwinInfo(preset="tiny"))
     levels = []
-    with ResultWriter(out, kind="sweep", spec=spec) as writer:
+    with ResultWriter(out, ResultFile(kind="sweep", spec=spec)) as writer:
         for c in concurrencies:
             label = f"c{c}"
             records = synth_level(c, cap=cap, mode=mode, per_worker=per_worker, output_len=output_len,
@@ -81,18 +85,15 @@ def write_sweep(out: Path, concurrencies: list[int], *, cap: int = 64, mode: str
             levels.append(level)
         if verdict:
             best = max(levels, key=lambda lv: lv.output_throughput)
-            writer.set("plateau", {"throughput": best.output_throughput, "concurrency": best.concurrency,
-                                   "bracket": [cap, cap * 2], "reached": True})
-            writer.set("knee", {"throughput": best.output_throughput * 0.9, "concurrency": cap,
-                                "bracket": [cap // 2, cap], "reached": True})
-            writer.set("stop_reason", "throughput stopped rising")
-            writer.set("verdict", {
-                "constraint": "admission cap", "confidence": "high",
-                "headline": f"Admission cap: the server runs at most {cap} requests at a time",
-                "evidence": [f"decoding concurrency pinned at {cap} while C grows"],
-                "what_if": ["raising the cap to 128 would give about +40 % tok/s"],
-                "suggestions": ["raise --max-num-seqs"],
-            })
+            result = writer.result
+            result.plateau = Plateau(best.output_throughput, best.concurrency or 0, True)
+            result.knee = Knee(float(cap), best.output_throughput * 0.9, (cap // 2, cap), True)
+            result.stop_reason = "throughput stopped rising"
+            result.verdict = Verdict(
+                "admission cap", f"Admission cap: the server runs at most {cap} requests at a time", "high",
+                [f"decoding concurrency pinned at {cap} while C grows"],
+                ["raising the cap to 128 would give about +40 % tok/s"], ["raise --max-num-seqs"])
+            writer.flush()
     return levels
 
 

@@ -8,8 +8,9 @@ import pytest
 from plateau_bench.analysis.timeseries import level_series
 from plateau_bench.errors import ConfigError
 from plateau_bench.report import plots
-from plateau_bench.report.results import load_requests, load_telemetry
 from plateau_bench.report.tables import load_runs
+from plateau_bench.result import Plateau
+from plateau_bench.store import load_requests, load_telemetry
 
 SweepFactory = Callable[..., Path]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -47,8 +48,8 @@ def test_svg_is_inline_ready_and_deterministic(make_sweep: SweepFactory) -> None
 
 def test_plateau_not_reached_is_said_so(make_sweep: SweepFactory) -> None:
     run = load_runs([make_sweep("a", [1, 4, 16])])[0]
-    run.summary["plateau"] = {"throughput": run.levels[-1].output_throughput, "concurrency": 16, "reached": False}
-    run.summary["knee"] = {"throughput": None, "concurrency": None, "bracket": None, "reached": False}
+    run.result.plateau = Plateau(run.levels[-1].output_throughput, 16, False)
+    run.result.knee = None
     svg = plots.to_svg(plots.build("throughput", [run]))
     assert "(not reached: highest so far)</text>" in svg
     assert "knee" not in svg

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from plateau_bench.errors import ConfigError, ResultsError
-from plateau_bench.result import Latency, LevelResult
-from plateau_bench.report.tables import ReportRun, load_report_run, load_runs, render_table, to_markdown
+from plateau_bench.report.tables import HEADERS, ReportRun, load_report_run, load_runs, render_table, to_markdown
+from plateau_bench.result import Latency, LevelResult, ResultFile
 
 SweepFactory = Callable[..., Path]
 
@@ -25,18 +25,18 @@ def _level(label: str, mode: str, c: int, tps: float, ttft: float, tpot: float, 
 
 
 GOLDEN = """\
-| level | mode | concurrency | ok | failed | output_tok_s | total_tok_s | peak_output_tok_s | achieved_concurrency | decoding_concurrency | ttft_p50_ms | ttft_p99_ms | tpot_mean_ms | tpot_p99_ms | e2e_p50_ms | e2e_p99_ms | wall_s |
-|:---|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
-| c1 | steady | 1 | 1 | 0 | 71.0 | 142.0 | 106.5 | 1.0 | 0.9 | 40.0 | 80.0 | 14.00 | 17.50 | 7,200.0 | 10,800.0 | 33.1 |
-| c256 | burst | 256 | 256 | 0 | 3,962.8 | 7,925.6 | 5,944.2 | 250.9 | 230.4 | 812.5 | 1,625.0 | 64.20 | 80.25 | 32,880.0 | 49,320.0 | 33.1 |
+| level | mode | concurrency | ok | failed | hung | output_tok_s | total_tok_s | peak_output_tok_s | achieved_concurrency | decoding_concurrency | ttft_p50_ms | ttft_p99_ms | tpot_mean_ms | tpot_p99_ms | e2e_p50_ms | e2e_p99_ms | wall_s |
+|:---|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| c1 | steady | 1 | 1 | 0 | 0 | 71.0 | 142.0 | 106.5 | 1.0 | 0.9 | 40.0 | 80.0 | 14.00 | 17.50 | 7,200.0 | 10,800.0 | 33.1 |
+| c256 | burst | 256 | 256 | 0 | 0 | 3,962.8 | 7,925.6 | 5,944.2 | 250.9 | 230.4 | 812.5 | 1,625.0 | 64.20 | 80.25 | 32,880.0 | 49,320.0 | 33.1 |
 """  # noqa: E501
 
 
 def test_markdown_table_golden() -> None:
-    run = ReportRun("tp8ep", Path("runs/tp8ep"), {}, [
+    run = ReportRun("tp8ep", Path("runs/tp8ep"), ResultFile(levels=[
         _level("c1", "steady", 1, 71.0, 40.0, 14.0, 7200.0),
         _level("c256", "burst", 256, 3962.8, 812.5, 64.2, 32880.0),
-    ])
+    ]))
     assert to_markdown([run]) == GOLDEN
 
 
@@ -48,7 +48,7 @@ def test_markdown_has_one_row_per_level_with_the_saved_throughput(make_sweep: Sw
     for row, level in zip(rows, run.levels, strict=True):
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert cells[0] == level.label
-        assert cells[5] == f"{level.output_throughput:,.1f}"
+        assert cells[HEADERS.index("output_tok_s")] == f"{level.output_throughput:,.1f}"
 
 
 def test_several_runs_get_one_markdown_section_each(make_sweep: SweepFactory) -> None:

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from plateau_bench.cli import app, main
-from plateau_bench.report.results import load_levels, load_requests, load_summary
+from plateau_bench.store import load_levels, load_requests, load_summary
 
 
 def test_presets_lists_every_preset() -> None:
@@ -25,8 +25,8 @@ def test_sim_writes_labelled_results(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "C=   16 | 16/16 ok" in result.output and "C=   64 | 64/64 ok" in result.output
     summary = load_summary(out)
-    assert summary["kind"] == "sim" and summary["spec"]["simulated"] is True
-    assert summary["spec"]["preset"] == "tiny" and summary["spec"]["overrides"] == {"max_num_seqs": 48}
+    assert summary["kind"] == "sim" and summary["target"]["kind"] == "sim"
+    assert summary["spec"]["sim"]["preset"] == "tiny" and summary["spec"]["sim"]["overrides"] == {"max_num_seqs": 48}
     levels = load_levels(out)
     assert [lv.concurrency for lv in levels] == [16, 64]
     assert len(load_requests(out)["C=64"]) == 64

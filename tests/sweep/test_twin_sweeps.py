@@ -11,32 +11,32 @@ import msgspec
 import pytest
 
 from plateau_bench.analysis.diagnosis import diagnose
-from plateau_bench.result import LevelResult
+from plateau_bench.result import LevelResult, ResultFile
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.sim.runner import VirtualLevelRunner
 from plateau_bench.spec import WorkloadSpec
-from plateau_bench.sweep import SweepSpec, SweepState, run_sweep, summary_dict
+from plateau_bench.sweep.loop import SweepState, run_plan
+from plateau_bench.sweep.plan import ConcurrencyPlan, RatePlan, SweepLimits
 
 
-def sweep(config: EngineConfig, input_len: int, output_len: int, spec: SweepSpec | None = None,
-          previous: list[LevelResult] | None = None) -> tuple[SweepState, dict[str, object]]:
-    spec = spec or SweepSpec()
+def sweep(config: EngineConfig, input_len: int, output_len: int, plan: ConcurrencyPlan | None = None,
+          previous: list[LevelResult] | None = None) -> tuple[SweepState, ResultFile]:
+    plan = plan or ConcurrencyPlan()
     runner = VirtualLevelRunner(config, WorkloadSpec(input_len=input_len, output_len=output_len), steady_s=30)
-    state = asyncio.run(run_sweep(runner, spec, previous=previous or []))
-    return state, summary_dict(state, spec)
+    return asyncio.run(run_plan(runner, plan, previous=previous or []))
 
 
 @pytest.mark.parametrize("cap", [8, 24, 64])
 def test_knee_lands_at_the_cap(cap: int) -> None:
     config = msgspec.structs.replace(get_preset("tiny"), max_num_seqs=cap)
     state, summary = sweep(config, 64, 64)
-    plateau, knee = summary["plateau"], summary["knee"]
-    assert isinstance(plateau, dict) and isinstance(knee, dict)
-    assert plateau["reached"]
+    plateau, knee = summary.plateau, summary.knee
+    assert plateau is not None and knee is not None
+    assert plateau.reached
     # With step time growing mildly with the batch, 95 % of the plateau is reached a little below the cap.
-    assert 0.6 * cap <= knee["concurrency"] <= cap
-    assert knee["bracket"][0] <= cap
+    assert 0.6 * cap <= knee.concurrency <= cap
+    assert knee.bracket[0] <= cap
     verdict = diagnose(state.levels)
     assert verdict.constraint == "admission_cap"
     assert verdict.estimated_cap == cap
@@ -50,12 +50,13 @@ def test_seed_a_cap_and_what_if_matches_the_twin_with_the_cap_doubled() -> None:
     assert verdict.confidence == "high"
     doubled = msgspec.structs.replace(get_preset("seed-a-tp8ep"), max_num_seqs=512)
     _, doubled_summary = sweep(doubled, 128, 512)
-    actual = doubled_summary["plateau"]["throughput"]  # type: ignore[index]
+    assert doubled_summary.plateau is not None
+    actual = doubled_summary.plateau.throughput
     assert verdict.predicted_throughput_doubled_cap == pytest.approx(actual, rel=0.25)
 
 
 def test_seed_b_burst_to_2048_is_capped_at_1024() -> None:
-    spec = SweepSpec(mode="burst", concurrencies=(1, 256, 512, 1024, 2048))
+    spec = ConcurrencyPlan(mode="burst", concurrencies=(1, 256, 512, 1024, 2048))
     state, _ = sweep(get_preset("seed-b-fp4"), 128, 128, spec)
     verdict = diagnose(state.levels)
     assert verdict.constraint == "admission_cap"
@@ -75,14 +76,14 @@ def test_kv_capacity_binds_before_the_cap() -> None:
 
 
 def test_below_the_knee_is_not_saturated_and_the_sweep_keeps_going() -> None:
-    spec = SweepSpec(concurrencies=(1, 2, 4))
+    spec = ConcurrencyPlan(concurrencies=(1, 2, 4))
     state, summary = sweep(get_preset("seed-a-tp8ep"), 128, 128, spec)
     assert diagnose(state.levels).constraint == "not_saturated"
-    assert summary["plateau"]["reached"] is False  # type: ignore[index]
+    assert summary.plateau is None
 
 
 def test_budget_stops_the_sweep() -> None:
-    spec = SweepSpec(budget_s=100.0, min_level_s=5.0)
+    spec = ConcurrencyPlan(limits=SweepLimits(budget_s=100.0, min_level_s=5.0))
     state, _ = sweep(get_preset("seed-a-tp8ep"), 128, 128, spec)
     assert "budget" in state.stop_reason
     assert state.spent_s <= 100.0 + max(lv.wall_s for lv in state.levels)
@@ -91,13 +92,13 @@ def test_budget_stops_the_sweep() -> None:
 def test_slo_violation_stops_and_reports_the_last_level_meeting_it() -> None:
     from plateau_bench.analysis.slo import parse_slo
 
-    spec = SweepSpec(slos=tuple(parse_slo("tpot_p99=20ms")))
+    spec = ConcurrencyPlan(limits=SweepLimits(slos=tuple(parse_slo("tpot_p99=20ms"))))
     state, summary = sweep(get_preset("seed-a-tp8ep"), 128, 128, spec)
     assert state.stop_reason.startswith("SLO violated")
-    slo = summary["slo"]
-    assert isinstance(slo, dict)
+    slo = summary.slo
+    assert slo is not None
     # TPOT = 13.9 ms + 0.19 ms per sequence: 20 ms holds up to a batch of ~32.
-    assert slo["max_concurrency"] in (16, 32)
+    assert slo.max_concurrency in (16, 32)
 
 
 def test_resume_after_an_interruption_gives_the_same_result() -> None:
@@ -105,20 +106,21 @@ def test_resume_after_an_interruption_gives_the_same_result() -> None:
     cut = full_state.levels[:4]
     resumed_state, resumed = sweep(get_preset("tiny"), 64, 64, previous=cut)
     assert [lv.concurrency for lv in resumed_state.levels] == [lv.concurrency for lv in full_state.levels]
-    assert resumed["plateau"] == full["plateau"]
-    assert resumed["knee"] == full["knee"]
+    assert resumed.plateau == full.plateau
+    assert resumed.knee == full.knee
 
 
 def test_rate_sweep_spans_synchronous_to_maximum_and_finds_the_departure() -> None:
-    from plateau_bench.sweep import RateSweepSpec, run_rate_sweep
-
     runner = VirtualLevelRunner(get_preset("tiny"), WorkloadSpec(input_len=64, output_len=64))
-    state, summary = asyncio.run(run_rate_sweep(runner, RateSweepSpec(min_level_s=2.0, max_level_s=20.0)))
-    rs = summary["rate_sweep"]
+    plan = RatePlan(limits=SweepLimits(min_level_s=2.0, max_level_s=20.0))
+    state, summary = asyncio.run(run_plan(runner, plan))
+    rs = summary.rate_sweep
+    assert rs is not None and rs.synchronous_rate is not None and rs.max_rate is not None
     # C=1: a 64-token request takes ~2.1 ms x 63 + prefill = ~0.135 s -> ~7.4 req/s.
-    assert 6.0 < rs["synchronous_rate"] < 8.5
-    assert rs["max_rate"] > 10 * rs["synchronous_rate"]
-    assert len(rs["rates"]) == 6 and all(rs["synchronous_rate"] < r < rs["max_rate"] for r in rs["rates"])
+    assert 6.0 < rs.synchronous_rate < 8.5
+    assert rs.max_rate > 10 * rs.synchronous_rate
+    assert len(rs.rates) == 6 and all(rs.synchronous_rate < r < rs.max_rate for r in rs.rates)
     # Open loop near the maximum queues behind the cap of 32: latency departs before the top rate.
-    assert rs["departure_rate"] is not None and rs["departure_rate"] <= rs["rates"][-1]
+    assert rs.departure_rate is not None and rs.departure_rate <= rs.rates[-1]
     assert [lv.mode for lv in state.levels] == ["steady", "steady"] + ["rate"] * 6
+    assert summary.verdict is not None and summary.verdict.constraint == "open_loop"

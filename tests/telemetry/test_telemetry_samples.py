@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from plateau_bench.report.results import ResultWriter, load_telemetry
+from plateau_bench.result import ResultFile
+from plateau_bench.store import ResultWriter, load_telemetry
 from plateau_bench.telemetry.samples import SOURCE_GPU, TelemetrySample, samples_from_lines
 
 
@@ -15,9 +16,9 @@ def test_round_trip_through_a_result_directory(tmp_path: Path) -> None:
         TelemetrySample(t_ns=1_000, engine="vllm", values={"running": 3.0}),
     ]
     gpu = TelemetrySample(t_ns=1_500, engine="nvml", source=SOURCE_GPU, raw={"gpu0_power_w": 350.0})
-    with ResultWriter(tmp_path, kind="run", spec={}) as writer:
+    with ResultWriter(tmp_path, ResultFile(kind="run")) as writer:
         for s in [*server, gpu]:
-            writer.add_telemetry("c8", s.to_line())
+            writer.add_telemetry("c8", s)
     lines = load_telemetry(tmp_path)["c8"]
     # canonical values sit at the top level of each line, where saved-telemetry readers look
     assert lines[0]["running"] == 4.0 and lines[0]["raw"] == {"waiting_reason_capacity": 3.0}

@@ -162,4 +162,21 @@ def conclude(result: ResultFile, state: SweepState, plan: Plan, engine: str | No
                               plateau=result.plateau, knee=result.knee)
 
 
-__all__ = ["OnLevel", "OnRecord", "SweepObserver", "SweepState", "conclude", "damaged", "run_sweep"]
+__all__ = ["OnLevel", "OnRecord", "SweepObserver", "SweepState", "conclude", "damaged", "run_plan", "run_sweep",
+           "stop_rule_for"]
+
+
+def stop_rule_for(limits: SweepLimits) -> StopRule:
+    """The analysis's precision rule with the sweep's timing."""
+    from plateau_bench.analysis.convergence import PrecisionRule
+
+    return PrecisionRule(limits.precision, limits.min_level_s, limits.max_level_s)
+
+
+async def run_plan(runner: LevelRunner, plan: ConcurrencyPlan | RatePlan, *, previous: Sequence[LevelResult] = (),
+                   engine: str | None = None) -> tuple[SweepState, ResultFile]:
+    """A whole sweep without files (tests, benchmarks, what-ifs in virtual time): state and concluded result."""
+    state = await run_sweep(runner, plan, plan.limits, stop_rule=stop_rule_for(plan.limits), previous=previous)
+    result = ResultFile(kind="sweep")
+    conclude(result, state, plan, engine)
+    return state, result

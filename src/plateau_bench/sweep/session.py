@@ -16,7 +16,6 @@ from pathlib import Path
 
 import msgspec
 
-from plateau_bench.analysis.convergence import PrecisionRule
 from plateau_bench.driver.runner import HttpLevelRunner
 from plateau_bench.driver.target import TargetInfo, discover, tokenize_remote, wait_ready
 from plateau_bench.errors import ConfigError
@@ -35,7 +34,7 @@ from plateau_bench.result import (
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.spec import LevelSpec, TargetSpec, WorkloadSpec
 from plateau_bench.store import Existing, ResultWriter, holds_results, host_info, load_result, now_utc, tool_info
-from plateau_bench.sweep.loop import SweepObserver, SweepState, conclude, run_sweep
+from plateau_bench.sweep.loop import SweepObserver, SweepState, conclude, run_sweep, stop_rule_for
 from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, Step, SweepLimits
 from plateau_bench.telemetry.scraper import default_metrics_url
 from plateau_bench.workload.prompts import Prompt, synthesize
@@ -181,7 +180,7 @@ async def measure(prepared: Prepared, workload: WorkloadSpec, plan: ConcurrencyP
         raise ConfigError(f"--resume {out_dir}: no results there to continue")
     the_plan: Plan = _OneLevel(plan) if isinstance(plan, LevelSpec) else plan
     limits = plan.limits if not isinstance(plan, LevelSpec) else None
-    rule = PrecisionRule(limits.precision, limits.min_level_s, limits.max_level_s) if limits else None
+    rule = stop_rule_for(limits) if limits else None
     runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
                              metrics_required=metrics_required, count_tokens=prepared.count_tokens,
                              progress=progress, seed=workload.seed)

@@ -46,7 +46,7 @@ class TelemetrySample(msgspec.Struct, frozen=True, kw_only=True):
                 "raw": self.raw}
 
 
-_RESERVED = frozenset({"level", "source", "t_ns", "engine", "raw"})
+_RESERVED = frozenset({"attempt", "level", "source", "t_ns", "engine", "raw"})
 
 
 def _is_number(value: object) -> bool:

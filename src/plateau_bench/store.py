@@ -245,6 +245,23 @@ def load_requests(path: str | Path, level: str | None = None,
     return out
 
 
+def attempts_on_disk(path: str | Path) -> dict[str, int]:
+    """label -> the highest attempt that wrote request records (an interrupted one included)."""
+    file = Path(path) / REQUESTS_FILE
+    out: dict[str, int] = {}
+    if not file.exists():
+        return out
+    decoder = msgspec.json.Decoder(RequestLine)
+    with open(file, "rb") as fh:
+        for line in fh:
+            try:
+                item = decoder.decode(line)
+            except msgspec.DecodeError:
+                continue
+            out[item.level] = max(out.get(item.level, 0), item.attempt)
+    return out
+
+
 def kept_attempts(result: ResultFile) -> dict[str, int]:
     """label -> the attempt whose figures result.json keeps."""
     return {lv.label: lv.attempt for lv in result.levels}

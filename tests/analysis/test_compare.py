@@ -7,16 +7,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from plateau_bench.analysis.compare import (
-    Comparison,
-    Curve,
-    RunData,
-    compare_runs,
-    curve_of,
-    find_crossovers,
-    interpolate_log2,
-    users_at_target,
-)
+from plateau_bench.analysis.compare import Comparison, RunData, compare_runs, curve_of, users_at_target
+from plateau_bench.analysis.crossover import Curve, find_crossovers, interpolate_log2
 from plateau_bench.analysis.slo import parse_slo
 from plateau_bench.errors import ConfigError, ResultsError
 from plateau_bench.records import RequestRecord

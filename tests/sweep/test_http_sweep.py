@@ -18,10 +18,18 @@ import pytest
 from typer.testing import CliRunner
 
 from plateau_bench.cli import app
-from plateau_bench.report.results import load_requests, load_summary, load_telemetry
+from plateau_bench.records import RequestRecord
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.embed import start_sim_server
 from plateau_bench.sim.presets import get_preset
+from plateau_bench.store import (
+    ResultWriter,
+    kept_attempts,
+    load_requests,
+    load_result,
+    load_summary,
+    load_telemetry,
+)
 
 pytestmark = pytest.mark.slow  # real-time sweeps over HTTP: 6-20 s each on two cores
 
@@ -67,6 +75,7 @@ def test_tiny_adaptive_sweep_finds_the_cap(tmp_path: Path, metrics: bool) -> Non
     saved = load_requests(tmp_path / "run")
     assert sum(lv["completed"] + lv["failed"] for lv in levels) == sum(
         1 for recs in saved.values() for r in recs if not r.warmup)
+    assert all(lv["num_requests"] == lv["completed"] + lv["failed"] for lv in levels)
 
 
 def test_kv_capacity_with_preemptions_as_evidence(tmp_path: Path, metrics: bool) -> None:
@@ -97,9 +106,19 @@ def test_rate_limiting_is_named(tmp_path: Path) -> None:
     assert "429" in verdict["headline"]
 
 
-def test_starved_load_generator_is_named_first(tmp_path: Path) -> None:
+def test_starved_load_generator_is_named_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A load generator that cannot keep up: 8 ms of CPU on its event loop for every finished request.
+    original = ResultWriter.add_request
+
+    def slow_add_request(self: ResultWriter, level: str, record: RequestRecord, attempt: int = 1) -> None:
+        until = time.perf_counter() + 0.008
+        while time.perf_counter() < until:
+            pass
+        original(self, level, record, attempt)
+
+    monkeypatch.setattr(ResultWriter, "add_request", slow_add_request)
     config = get_preset("tiny").with_overrides(max_num_seqs=256)
-    summary = sweep(tmp_path, config, "--concurrency", "8,32,128", "--slow-client-ms", "8", metrics=True)
+    summary = sweep(tmp_path, config, "--concurrency", "8,32,128", metrics=True)
     verdict = summary["verdict"]
     assert isinstance(verdict, dict)
     assert verdict["constraint"] == "load_generator", verdict
@@ -139,4 +158,8 @@ def test_ctrl_c_keeps_finished_levels_and_resume_continues(tmp_path: Path) -> No
     assert sorted(lv["concurrency"] for lv in levels) == [2, 4, 8, 16, 32]
     # The levels measured before the interruption are kept as they were.
     assert levels[: len(kept)] == kept
+    # Only the kept attempt's records count: the interrupted level's records stay on disk, apart.
+    kept_records = load_requests(out, attempts=kept_attempts(load_result(out)))
+    for lv in levels:
+        assert len(kept_records[lv["label"]]) == lv["num_requests"]
     assert summary["verdict"]["constraint"] == "admission_cap"  # type: ignore[index]

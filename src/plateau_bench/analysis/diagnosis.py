@@ -222,19 +222,7 @@ def _admission_cap(levels: list[LevelResult], plateau: Plateau, engine: str | No
     confidence: Confidence = "high" if clear else "medium"
     verdict = Verdict("admission_cap", f"admission cap at {cap} running requests", confidence, ev,
                       estimated_cap=cap)
-    fit = _fit_tpot(levels, cap)
-    if fit:
-        intercept, slope = fit
-        tpot_n = intercept + slope * cap
-        tpot_2n = intercept + slope * 2 * cap
-        if tpot_n > 0:
-            gain = (2 * cap / tpot_2n) / (cap / tpot_n)
-            predicted = plateau.throughput * gain
-            verdict.predicted_throughput_doubled_cap = predicted
-            verdict.what_if.append(
-                f"raising the cap to {2 * cap} would give ~{predicted:,.0f} tok/s ({gain - 1:+.0%}) at "
-                f"~{tpot_2n / tpot_n:.1f}x the per-token latency (from the TPOT-vs-batch slope measured "
-                f"below the cap: {intercept:.1f} ms + {slope:.3f} ms per sequence)")
+    _cap_what_if(verdict, levels, plateau, cap)
     kv = [lv.telemetry.kv_usage_max for lv in top if lv.telemetry.kv_usage_max is not None]
     flags = ENGINE_FLAGS.get(engine or "")
     try_cap = flags["cap"].format(n=2 * cap) if flags else GENERIC_CAP.format(n=2 * cap)
@@ -242,6 +230,25 @@ def _admission_cap(levels: list[LevelResult], plateau: Plateau, engine: str | No
         " (check the KV cache has room for twice the sequences)"
     verdict.suggestions.append(f"try {try_cap}{headroom}")
     return verdict
+
+
+def _cap_what_if(verdict: Verdict, levels: list[LevelResult], plateau: Plateau, cap: int) -> None:
+    """Doubling the cap, from the TPOT-vs-batch fit below it (see the module docstring)."""
+    fit = _fit_tpot(levels, cap)
+    if not fit:
+        return
+    intercept, slope = fit
+    tpot_n = intercept + slope * cap
+    tpot_2n = intercept + slope * 2 * cap
+    if tpot_n <= 0:
+        return
+    gain = (2 * cap / tpot_2n) / (cap / tpot_n)
+    predicted = plateau.throughput * gain
+    verdict.predicted_throughput_doubled_cap = predicted
+    verdict.what_if.append(
+        f"raising the cap to {2 * cap} would give ~{predicted:,.0f} tok/s ({gain - 1:+.0%}) at "
+        f"~{tpot_2n / tpot_n:.1f}x the per-token latency (from the TPOT-vs-batch slope measured "
+        f"below the cap: {intercept:.1f} ms + {slope:.3f} ms per sequence)")
 
 
 def _kv_capacity(levels: list[LevelResult], plateau: Plateau, engine: str | None) -> Verdict | None:

@@ -39,11 +39,13 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
 import numpy as np
 
 from plateau_bench.analysis.stats import FloatArray, batch_means_ci_rel, summarize
+from plateau_bench.errors import ErrorClass
 from plateau_bench.records import RequestRecord
-from plateau_bench.result import LevelResult
+from plateau_bench.result import Latency, LevelResult
 from plateau_bench.units import NS, NS_PER_MS
 
 # A level is marked failed when at least this share of its requests failed.
@@ -187,6 +189,68 @@ def bucket_output_tokens(records: Sequence[RequestRecord], w: Window, bucket_s: 
     return np.asarray(hist, dtype=np.float64)
 
 
+def _latencies(pool: Sequence[RequestRecord]) -> dict[str, Latency]:
+    """TTFT, TPOT, ITL and E2E statistics over the latency population (ms)."""
+    ttft = [(r.first_token_ns - r.sent_ns) / NS_PER_MS for r in pool if r.first_token_ns is not None]
+    e2e = [(r.end_ns - r.sent_ns) / NS_PER_MS for r in pool]
+    tpot = [(r.end_ns - r.first_token_ns) / NS_PER_MS / (r.output_tokens - 1)
+            for r in pool if r.first_token_ns is not None and r.output_tokens > 1]
+    itl_values, itl_weights = _itl(pool)
+    return {"ttft_ms": summarize(ttft), "tpot_ms": summarize(tpot), "e2e_ms": summarize(e2e),
+            "itl_ms": summarize(itl_values, itl_weights) if itl_values.size else summarize([])}
+
+
+def _throughputs(ok: Sequence[RequestRecord], w: Window, mode: str) -> dict[str, float | int | None]:
+    """Output/total/peak/request throughput of the successful requests over the window."""
+    length = w.length_s
+    times, counts = token_arrays(ok)
+    in_w = (times >= w.start_ns) & (times <= w.end_ns)
+    out_tokens = int(counts[in_w].sum()) if times.size else 0
+    in_tokens = sum(r.prompt_tokens for r in ok if w.start_ns <= r.sent_ns <= w.end_ns)
+    buckets = bucket_output_tokens(ok, w)
+    done_in_window = sum(1 for r in ok if w.start_ns <= r.end_ns <= w.end_ns)
+    return {
+        "output_tokens": out_tokens,
+        "input_tokens": in_tokens,
+        "output_throughput": out_tokens / length if length > 0 else 0.0,
+        "total_throughput": (out_tokens + in_tokens) / length if length > 0 else 0.0,
+        "peak_output_throughput": float(buckets.max()) if buckets.size else 0.0,
+        "request_throughput": done_in_window / length if length > 0 else 0.0,
+        "throughput_ci_rel": batch_means_ci_rel(batch_throughputs(times, counts, w)) if mode == "steady" else None,
+    }
+
+
+def _concurrency(measured: Sequence[RequestRecord], w: Window) -> dict[str, float | int]:
+    """Little's-law concurrency (all requests in flight, and those past their first token), and peaks."""
+    length = w.length_s
+    decoding = [r for r in measured if r.first_token_ns is not None]
+    starts = np.array([r.sent_ns for r in measured], dtype=np.float64)
+    ends = np.array([r.end_ns for r in measured], dtype=np.float64)
+    d_starts = np.array([r.first_token_ns for r in decoding], dtype=np.float64)
+    d_ends = np.array([r.end_ns for r in decoding], dtype=np.float64)
+    return {
+        "achieved_concurrency": _overlap_s(starts, ends, w) / length if length > 0 else 0.0,
+        "decoding_concurrency": _overlap_s(d_starts, d_ends, w) / length if length > 0 else 0.0,
+        "peak_in_flight": _peak_overlap([(r.sent_ns, r.end_ns) for r in measured]),
+        "peak_decoding": _peak_overlap([(r.first_token_ns, r.chunk_ns[-1] if r.chunk_ns else r.end_ns)
+                                        for r in decoding if r.first_token_ns is not None]),
+    }
+
+
+def _failures(measured: Sequence[RequestRecord]) -> dict[str, object]:
+    errors = Counter(str(r.error) for r in measured if r.error is not None)
+    failed = sum(errors.values())
+    return {
+        "failed": failed,
+        "hung": errors.get(ErrorClass.HUNG, 0),
+        "errors": dict(errors),
+        "dominant_error": errors.most_common(1)[0][0] if errors else None,
+        "level_failed": bool(measured) and failed / len(measured) >= LEVEL_FAILED_SHARE,
+        "failed_output_tokens": sum(r.output_tokens for r in measured if r.error is not None),
+        "token_mismatches": sum(1 for r in measured if r.token_mismatch),
+    }
+
+
 def compute_level(
     records: Sequence[RequestRecord],
     *,
@@ -196,85 +260,29 @@ def compute_level(
     rate: float | None = None,
     window: Window | None = None,
 ) -> LevelResult:
-    """Every metric of one level from its records (warm-up records are ignored)."""
+    """Every metric of one level from its records (warm-up records are ignored).
+
+    Every request sent is counted once: ``num_requests == completed + failed`` (hung included in
+    failed). Throughput and latency count successful requests only.
+    """
     measured = [r for r in records if not r.warmup]
-    if window is None:
-        window = steady_window(measured) if mode == "steady" else full_window(measured)
-    w = window
-    length = w.length_s
+    w = window or (steady_window(measured) if mode == "steady" else full_window(measured))
     ok = [r for r in measured if r.error is None]
-    errors = Counter(r.error for r in measured if r.error is not None)
-    failed = sum(errors.values())
-    dominant = errors.most_common(1)[0][0] if errors else None
-
     latency_pool, pool_note = _latency_population(ok, w, mode)
-
-    times, counts = token_arrays(ok)
-    in_w = (times >= w.start_ns) & (times <= w.end_ns)
-    out_tokens = int(counts[in_w].sum()) if times.size else 0
-    lost = sum(r.output_tokens for r in measured if r.error is not None)
-    in_tokens = sum(r.prompt_tokens for r in ok if w.start_ns <= r.sent_ns <= w.end_ns)
-
-    starts = np.array([r.sent_ns for r in measured], dtype=np.float64)
-    ends = np.array([r.end_ns for r in measured], dtype=np.float64)
-    decoding = [r for r in measured if r.first_token_ns is not None]
-    d_starts = np.array([r.first_token_ns for r in decoding], dtype=np.float64)
-    d_ends = np.array([r.end_ns for r in decoding], dtype=np.float64)
-
-    buckets = bucket_output_tokens(ok, w)
-    ci_rel = batch_means_ci_rel(batch_throughputs(times, counts, w)) if mode == "steady" else None
-
-    ttft = [(r.first_token_ns - r.sent_ns) / NS_PER_MS
-            for r in latency_pool if r.first_token_ns is not None]
-    e2e = [(r.end_ns - r.sent_ns) / NS_PER_MS for r in latency_pool]
-    tpot = [
-        (r.end_ns - r.first_token_ns) / NS_PER_MS / (r.output_tokens - 1)
-        for r in latency_pool
-        if r.first_token_ns is not None and r.output_tokens > 1
-    ]
-    itl_values, itl_weights = _itl(latency_pool)
-    lag = [(r.sent_ns - r.scheduled_ns) / NS_PER_MS for r in measured]
     sources = Counter(r.token_source for r in ok)
-
-    done_in_window = sum(1 for r in ok if w.start_ns <= r.end_ns <= w.end_ns)
-    wall = (max(r.end_ns for r in measured) - min(r.sent_ns for r in measured)) / NS if measured else 0.0
-    return LevelResult(
-        label=label,
-        mode=mode,
-        concurrency=concurrency,
-        rate=rate,
-        num_requests=len(measured),
-        completed=len(ok),
-        failed=failed,
-        hung=errors.get("hung", 0),
-        errors={str(k): v for k, v in errors.items()},
-        dominant_error=dominant,
-        level_failed=bool(measured) and failed / len(measured) >= LEVEL_FAILED_SHARE,
-        duration_s=length,
-        wall_s=wall,
-        window_start_s=w.start_ns / NS,
-        window_end_s=w.end_ns / NS,
-        window_note=w.note + pool_note,
-        output_tokens=out_tokens,
-        input_tokens=in_tokens,
-        failed_output_tokens=lost,
-        output_throughput=out_tokens / length if length > 0 else 0.0,
-        total_throughput=(out_tokens + in_tokens) / length if length > 0 else 0.0,
-        peak_output_throughput=float(buckets.max()) if buckets.size else 0.0,
-        request_throughput=done_in_window / length if length > 0 else 0.0,
-        achieved_concurrency=_overlap_s(starts, ends, w) / length if length > 0 else 0.0,
-        decoding_concurrency=_overlap_s(d_starts, d_ends, w) / length if length > 0 else 0.0,
-        peak_in_flight=_peak_overlap([(r.sent_ns, r.end_ns) for r in measured]),
-        peak_decoding=_peak_overlap([(r.first_token_ns, r.chunk_ns[-1] if r.chunk_ns else r.end_ns)
-                                     for r in decoding if r.first_token_ns is not None]),
-        ttft_ms=summarize(ttft),
-        tpot_ms=summarize(tpot),
-        itl_ms=summarize(itl_values, itl_weights) if itl_values.size else summarize([]),
-        e2e_ms=summarize(e2e),
-        send_lag_ms=summarize(lag),
-        token_source=sources.most_common(1)[0][0] if sources else "usage",
-        throughput_ci_rel=ci_rel,
-    )
+    connects = [r.connect_ns / NS_PER_MS for r in measured if r.connect_ns is not None]
+    return msgspec.convert({
+        "label": label, "mode": mode, "concurrency": concurrency, "rate": rate,
+        "num_requests": len(measured), "completed": len(ok), **_failures(measured),
+        "duration_s": w.length_s,
+        "wall_s": (max(r.end_ns for r in measured) - min(r.sent_ns for r in measured)) / NS if measured else 0.0,
+        "window_start_s": w.start_ns / NS, "window_end_s": w.end_ns / NS, "window_note": w.note + pool_note,
+        **_throughputs(ok, w, mode), **_concurrency(measured, w),
+        **{k: msgspec.to_builtins(v) for k, v in _latencies(latency_pool).items()},
+        "send_lag_ms": msgspec.to_builtins(summarize([(r.sent_ns - r.scheduled_ns) / NS_PER_MS for r in measured])),
+        "connect_ms": msgspec.to_builtins(summarize(connects)),
+        "token_source": sources.most_common(1)[0][0] if sources else "usage",
+    }, LevelResult)
 
 
 def batch_throughputs(times: FloatArray, counts: FloatArray, w: Window, batches: int = 10) -> list[float]:

@@ -31,43 +31,45 @@ def load_run(path: Path, name: str, *, with_requests: bool = False) -> RunData:
                    search=search)
 
 
+def compare_cmd(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Two or more result directories.")],
+    names: Annotated[list[str] | None, typer.Option("--name", help="Run names, one per directory "
+                                                    "(repeatable; default: directory names).")] = None,
+    slo: Annotated[list[str] | None, typer.Option("--slo", help="SLO profile, e.g. ttft_p99=2s,tpot_p99=50ms "
+                                                  "(repeatable: one line per profile).")] = None,
+    gpu_cost: Annotated[float | None, typer.Option("--gpu-cost", help="$ per GPU-hour.")] = None,
+    gpus: Annotated[str | None, typer.Option("--gpus", help="GPU count per run, e.g. 4,8.")] = None,
+    response_tokens: Annotated[int | None, typer.Option("--response-tokens", help="Response length for "
+                                                        "--target-latency.")] = None,
+    target_latency: Annotated[str | None, typer.Option("--target-latency", help="End-to-end latency target, "
+                                                       "e.g. 30s: how many users each run serves.")] = None,
+    latency_stat: Annotated[str, typer.Option("--latency-stat", help="Statistic of TTFT and TPOT used for "
+                                              "--target-latency: mean|p50|p90|p99|max.")] = "p90",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON only.")] = False,
+) -> None:
+    """Compare saved runs: where one overtakes another, which meets an SLO with more, at what cost."""
+    if names and len(names) != len(run_dirs):
+        raise ConfigError(f"--name given {len(names)} time(s) for {len(run_dirs)} runs: give one per run")
+    if len(run_dirs) < 2:
+        raise ConfigError(f"a compare needs at least two runs (got {len(run_dirs)}): "
+                          "plateau compare RUN_DIR RUN_DIR [...]")
+    profiles = [parse_slo(s) for s in slo or []]
+    runs = [load_run(p, n, with_requests=bool(profiles))
+            for p, n in zip(run_dirs, names or run_names(run_dirs), strict=True)]
+    comp = compare_runs(
+        runs, profiles, gpu_cost=gpu_cost, gpus=parse_int_list(gpus, "--gpus") if gpus else None,
+        response_tokens=response_tokens,
+        target_latency_s=parse_duration(target_latency) if target_latency else None,
+        latency_stat=latency_stat)
+    if as_json:
+        typer.echo(msgspec.json.format(msgspec.json.encode(comp), indent=2).decode())
+        return
+    console = wide_console()
+    console.print(comparison_table(comp))
+    for line in comparison_lines(comp):
+        console.print(line, style="yellow" if line.startswith("Warning") else None, highlight=False,
+                      markup=False)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("compare")
-    def compare_cmd(
-        run_dirs: Annotated[list[Path], typer.Argument(help="Two or more result directories.")],
-        names: Annotated[list[str] | None, typer.Option("--name", help="Run names, one per directory "
-                                                        "(repeatable; default: directory names).")] = None,
-        slo: Annotated[list[str] | None, typer.Option("--slo", help="SLO profile, e.g. ttft_p99=2s,tpot_p99=50ms "
-                                                      "(repeatable: one line per profile).")] = None,
-        gpu_cost: Annotated[float | None, typer.Option("--gpu-cost", help="$ per GPU-hour.")] = None,
-        gpus: Annotated[str | None, typer.Option("--gpus", help="GPU count per run, e.g. 4,8.")] = None,
-        response_tokens: Annotated[int | None, typer.Option("--response-tokens", help="Response length for "
-                                                            "--target-latency.")] = None,
-        target_latency: Annotated[str | None, typer.Option("--target-latency", help="End-to-end latency target, "
-                                                           "e.g. 30s: how many users each run serves.")] = None,
-        latency_stat: Annotated[str, typer.Option("--latency-stat", help="Statistic of TTFT and TPOT used for "
-                                                  "--target-latency: mean|p50|p90|p99|max.")] = "p90",
-        as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON only.")] = False,
-    ) -> None:
-        """Compare saved runs: where one overtakes another, which meets an SLO with more, at what cost."""
-        if names and len(names) != len(run_dirs):
-            raise ConfigError(f"--name given {len(names)} time(s) for {len(run_dirs)} runs: give one per run")
-        if len(run_dirs) < 2:
-            raise ConfigError(f"a compare needs at least two runs (got {len(run_dirs)}): "
-                              "plateau compare RUN_DIR RUN_DIR [...]")
-        profiles = [parse_slo(s) for s in slo or []]
-        runs = [load_run(p, n, with_requests=bool(profiles))
-                for p, n in zip(run_dirs, names or run_names(run_dirs), strict=True)]
-        comp = compare_runs(
-            runs, profiles, gpu_cost=gpu_cost, gpus=parse_int_list(gpus, "--gpus") if gpus else None,
-            response_tokens=response_tokens,
-            target_latency_s=parse_duration(target_latency) if target_latency else None,
-            latency_stat=latency_stat)
-        if as_json:
-            typer.echo(msgspec.json.format(msgspec.json.encode(comp), indent=2).decode())
-            return
-        console = wide_console()
-        console.print(comparison_table(comp))
-        for line in comparison_lines(comp):
-            console.print(line, style="yellow" if line.startswith("Warning") else None, highlight=False,
-                          markup=False)
+    app.command("compare")(compare_cmd)

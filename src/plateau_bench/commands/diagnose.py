@@ -26,28 +26,30 @@ class Diagnosis(msgspec.Struct, kw_only=True):
     knee: Knee | None
 
 
+def diagnose_cmd(
+    run_dir: Annotated[Path, typer.Argument(help="A result directory written by sweep, run or sim.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON only.")] = False,
+) -> None:
+    """Say why throughput stopped growing in a saved sweep, with evidence and what to try next."""
+    result = load_result(run_dir)
+    levels = result.levels
+    if not levels:
+        raise ResultsError(f"{run_dir} holds no finished level yet: nothing to diagnose")
+    sweep = result.spec.sweep
+    search = sweep.search if sweep is not None else SearchSettings()
+    plateau, knee = plateau_and_knee(levels, search)
+    open_loop = rate_summary(levels) if sweep is not None and sweep.mode == "rate" else None
+    verdict = diagnose(levels, engine=result.target.engine, plateau_gain=search.plateau_gain,
+                       plateau=plateau, knee=knee, open_loop=open_loop)
+    if as_json:
+        out = Diagnosis(verdict=verdict, plateau=plateau, knee=knee)
+        typer.echo(msgspec.json.format(msgspec.json.encode(out), indent=2).decode())
+        return
+    console = wide_console()
+    console.print(level_table(levels, title=f"{run_dir}"))
+    console.print(summary_sentence(levels, plateau, knee), highlight=False)
+    console.print(verdict_text(verdict))
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("diagnose")
-    def diagnose_cmd(
-        run_dir: Annotated[Path, typer.Argument(help="A result directory written by sweep, run or sim.")],
-        as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON only.")] = False,
-    ) -> None:
-        """Say why throughput stopped growing in a saved sweep, with evidence and what to try next."""
-        result = load_result(run_dir)
-        levels = result.levels
-        if not levels:
-            raise ResultsError(f"{run_dir} holds no finished level yet: nothing to diagnose")
-        sweep = result.spec.sweep
-        search = sweep.search if sweep is not None else SearchSettings()
-        plateau, knee = plateau_and_knee(levels, search)
-        open_loop = rate_summary(levels) if sweep is not None and sweep.mode == "rate" else None
-        verdict = diagnose(levels, engine=result.target.engine, plateau_gain=search.plateau_gain,
-                           plateau=plateau, knee=knee, open_loop=open_loop)
-        if as_json:
-            out = Diagnosis(verdict=verdict, plateau=plateau, knee=knee)
-            typer.echo(msgspec.json.format(msgspec.json.encode(out), indent=2).decode())
-            return
-        console = wide_console()
-        console.print(level_table(levels, title=f"{run_dir}"))
-        console.print(summary_sentence(levels, plateau, knee), highlight=False)
-        console.print(verdict_text(verdict))
+    app.command("diagnose")(diagnose_cmd)

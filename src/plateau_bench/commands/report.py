@@ -20,44 +20,46 @@ from plateau_bench.report.tables import FORMATS, load_runs, render_table
 from plateau_bench.report.terminal import level_table
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("report")
-    def report_cmd(
-        run_dirs: Annotated[list[Path], typer.Argument(help="Result directories (several are overlaid).")],
-        html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report "
-                                                      "(opens offline).")] = None,
-        png_dir: Annotated[Path | None, typer.Option("--png", help="Write throughput, latency and frontier "
-                                                     "plots as PNG into this directory.")] = None,
-        fmt: Annotated[str | None, typer.Option("--format", help="Print the level tables as md, csv or "
-                                                "json.")] = None,
-        output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the --format tables to "
-                                                    "this file instead of stdout.")] = None,
-    ) -> None:
-        """Report saved results: HTML with plots, PNG images, or md/csv/json tables."""
-        if fmt is not None and fmt not in FORMATS:
-            raise ConfigError(f"unknown --format {fmt!r}: choose one of {', '.join(FORMATS)}")
-        if output is not None and fmt is None:
-            raise ConfigError("--output writes the --format tables: give --format md, csv or json too")
-        # Refuse an unwritable destination before spending time on loading and drawing.
-        if html_out is not None:
-            check_writable(html_out)
+def report_cmd(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Result directories (several are overlaid).")],
+    html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report "
+                                                  "(opens offline).")] = None,
+    png_dir: Annotated[Path | None, typer.Option("--png", help="Write throughput, latency and frontier "
+                                                 "plots as PNG into this directory.")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", help="Print the level tables as md, csv or "
+                                            "json.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the --format tables to "
+                                                "this file instead of stdout.")] = None,
+) -> None:
+    """Report saved results: HTML with plots, PNG images, or md/csv/json tables."""
+    if fmt is not None and fmt not in FORMATS:
+        raise ConfigError(f"unknown --format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if output is not None and fmt is None:
+        raise ConfigError("--output writes the --format tables: give --format md, csv or json too")
+    # Refuse an unwritable destination before spending time on loading and drawing.
+    if html_out is not None:
+        check_writable(html_out)
+    if output is not None:
+        check_writable(output)
+    runs = load_runs(run_dirs)
+    if html_out is not None:
+        path = write_text(html_out, render_html(runs))
+        typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)", err=True)
+    if png_dir is not None:
+        for path in write_pngs(runs, png_dir):
+            typer.echo(f"wrote {path}", err=True)
+    if fmt is not None:
+        text = render_table(runs, fmt)
         if output is not None:
-            check_writable(output)
-        runs = load_runs(run_dirs)
-        if html_out is not None:
-            path = write_text(html_out, render_html(runs))
-            typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)", err=True)
-        if png_dir is not None:
-            for path in write_pngs(runs, png_dir):
-                typer.echo(f"wrote {path}", err=True)
-        if fmt is not None:
-            text = render_table(runs, fmt)
-            if output is not None:
-                write_text(output, text)
-                typer.echo(f"wrote {output}", err=True)
-            else:
-                typer.echo(text, nl=False)
-        if html_out is None and png_dir is None and fmt is None:
-            console = wide_console()
-            for run in runs:
-                console.print(level_table(run.levels, title=str(run.path)))
+            write_text(output, text)
+            typer.echo(f"wrote {output}", err=True)
+        else:
+            typer.echo(text, nl=False)
+    if html_out is None and png_dir is None and fmt is None:
+        console = wide_console()
+        for run in runs:
+            console.print(level_table(run.levels, title=str(run.path)))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("report")(report_cmd)

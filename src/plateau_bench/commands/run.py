@@ -34,74 +34,76 @@ def level_spec(mode: str | None, concurrency: int | None, num_requests: int | No
     return level
 
 
+def run_cmd(
+    url: o.Url = None,
+    model: o.Model = None,
+    endpoint: o.Endpoint = "completions",
+    api_key: o.ApiKey = None,
+    header: o.Headers = None,
+    timeout: o.Timeout = "600s",
+    wait_ready: o.WaitReady = None,
+    metrics_url: o.MetricsUrl = None,
+    no_metrics: o.NoMetrics = False,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Closed-loop workers (burst "
+                                                    "or steady).", rich_help_panel=LEVEL)] = None,
+    num_requests: Annotated[int | None, typer.Option("--num-requests", "-n", help="Requests to send "
+                                                     "(burst default: = concurrency).",
+                                                     rich_help_panel=LEVEL)] = None,
+    duration: Annotated[str | None, typer.Option("--duration", help="Run for this long (steady or rate), "
+                                                 "e.g. 60s.", rich_help_panel=LEVEL)] = None,
+    rate: Annotated[float | None, typer.Option("--rate", help="Open loop: requests/s (Poisson or gamma).",
+                                               rich_help_panel=LEVEL)] = None,
+    burstiness: Annotated[float, typer.Option("--burstiness", help="Gamma shape of inter-arrivals "
+                                              "(1 = Poisson).", rich_help_panel=LEVEL)] = 1.0,
+    max_concurrency: Annotated[int | None, typer.Option("--max-concurrency", help="Open loop: bound on "
+                                                        "requests in flight.", rich_help_panel=LEVEL)] = None,
+    warmup: Annotated[int, typer.Option("--warmup", help="Warm-up requests, excluded from all figures.",
+                                        rich_help_panel=LEVEL)] = 0,
+    mode: Annotated[str | None, typer.Option("--mode", help="burst | steady | rate (default: from the "
+                                             "other flags).", rich_help_panel=LEVEL)] = None,
+    input_len: o.InputLen = 128,
+    output_len: o.OutputLen = 128,
+    range_ratio: o.RangeRatio = 0.0,
+    dataset: o.Dataset = None,
+    seed: o.Seed = 0,
+    tokenizer: o.Tokenizer = None,
+    out: o.Out = None,
+    overwrite: o.Overwrite = False,
+    quiet: o.Quiet = False,
+    as_json: o.Json = False,
+    preset: o.Preset = "tiny",
+    sim_speed: o.SimSpeed = 1.0,
+) -> None:
+    """Measure one load level: a burst (num-requests = C), a steady closed loop, or an open-loop rate."""
+    from plateau_bench.sweep.session import measure as measure_level
+    from plateau_bench.sweep.session import metrics_url_for, prepare, target_url
+
+    level = level_spec(mode, concurrency, num_requests, duration, rate, burstiness, max_concurrency, warmup)
+    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
+    o.check_load_size(level.concurrency or level.max_concurrency or 0)
+    console = o.wide_console()
+
+    async def main() -> None:
+        async with target_url(url, preset, sim_speed) as (base_url, twin):
+            target = o.target_spec(base_url, model, endpoint, api_key, header, timeout)
+            n = level.total_requests() or max(level.concurrency or 0, level.max_concurrency or 0, 256)
+            prepared = await prepare(target, workload, n + warmup,
+                                     wait_ready_s=parse_duration(wait_ready) if wait_ready else None, twin=twin)
+            m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
+            with LiveView(enabled=not quiet and not as_json) as view:
+                done = await measure_level(prepared, workload, level, out_dir=out, metrics_url=m_url,
+                                           metrics_required=required, observer=view,
+                                           progress=lambda: view.progress,
+                                           existing="overwrite" if overwrite else "refuse")
+        if as_json:
+            typer.echo(msgspec.json.format(msgspec.json.encode(done.result.levels[0]), indent=2).decode())
+        else:
+            console.print(run_report(done.result, str(out) if out else None), highlight=False, soft_wrap=True)
+        if any(lv.completed == 0 for lv in done.result.levels):
+            raise typer.Exit(1)
+
+    run_async(main())
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("run")
-    def run_cmd(
-        url: o.Url = None,
-        model: o.Model = None,
-        endpoint: o.Endpoint = "completions",
-        api_key: o.ApiKey = None,
-        header: o.Headers = None,
-        timeout: o.Timeout = "600s",
-        wait_ready: o.WaitReady = None,
-        metrics_url: o.MetricsUrl = None,
-        no_metrics: o.NoMetrics = False,
-        concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Closed-loop workers (burst "
-                                                        "or steady).", rich_help_panel=LEVEL)] = None,
-        num_requests: Annotated[int | None, typer.Option("--num-requests", "-n", help="Requests to send "
-                                                         "(burst default: = concurrency).",
-                                                         rich_help_panel=LEVEL)] = None,
-        duration: Annotated[str | None, typer.Option("--duration", help="Run for this long (steady or rate), "
-                                                     "e.g. 60s.", rich_help_panel=LEVEL)] = None,
-        rate: Annotated[float | None, typer.Option("--rate", help="Open loop: requests/s (Poisson or gamma).",
-                                                   rich_help_panel=LEVEL)] = None,
-        burstiness: Annotated[float, typer.Option("--burstiness", help="Gamma shape of inter-arrivals "
-                                                  "(1 = Poisson).", rich_help_panel=LEVEL)] = 1.0,
-        max_concurrency: Annotated[int | None, typer.Option("--max-concurrency", help="Open loop: bound on "
-                                                            "requests in flight.", rich_help_panel=LEVEL)] = None,
-        warmup: Annotated[int, typer.Option("--warmup", help="Warm-up requests, excluded from all figures.",
-                                            rich_help_panel=LEVEL)] = 0,
-        mode: Annotated[str | None, typer.Option("--mode", help="burst | steady | rate (default: from the "
-                                                 "other flags).", rich_help_panel=LEVEL)] = None,
-        input_len: o.InputLen = 128,
-        output_len: o.OutputLen = 128,
-        range_ratio: o.RangeRatio = 0.0,
-        dataset: o.Dataset = None,
-        seed: o.Seed = 0,
-        tokenizer: o.Tokenizer = None,
-        out: o.Out = None,
-        overwrite: o.Overwrite = False,
-        quiet: o.Quiet = False,
-        as_json: o.Json = False,
-        preset: o.Preset = "tiny",
-        sim_speed: o.SimSpeed = 1.0,
-    ) -> None:
-        """Measure one load level: a burst (num-requests = C), a steady closed loop, or an open-loop rate."""
-        from plateau_bench.sweep.session import measure as measure_level
-        from plateau_bench.sweep.session import metrics_url_for, prepare, target_url
-
-        level = level_spec(mode, concurrency, num_requests, duration, rate, burstiness, max_concurrency, warmup)
-        workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
-        o.check_load_size(level.concurrency or level.max_concurrency or 0)
-        console = o.wide_console()
-
-        async def main() -> None:
-            async with target_url(url, preset, sim_speed) as (base_url, twin):
-                target = o.target_spec(base_url, model, endpoint, api_key, header, timeout)
-                n = level.total_requests() or max(level.concurrency or 0, level.max_concurrency or 0, 256)
-                prepared = await prepare(target, workload, n + warmup,
-                                         wait_ready_s=parse_duration(wait_ready) if wait_ready else None, twin=twin)
-                m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
-                with LiveView(enabled=not quiet and not as_json) as view:
-                    done = await measure_level(prepared, workload, level, out_dir=out, metrics_url=m_url,
-                                               metrics_required=required, observer=view,
-                                               progress=lambda: view.progress,
-                                               existing="overwrite" if overwrite else "refuse")
-            if as_json:
-                typer.echo(msgspec.json.format(msgspec.json.encode(done.result.levels[0]), indent=2).decode())
-            else:
-                console.print(run_report(done.result, str(out) if out else None), highlight=False, soft_wrap=True)
-            if any(lv.completed == 0 for lv in done.result.levels):
-                raise typer.Exit(1)
-
-        run_async(main())
+    app.command("run")(run_cmd)

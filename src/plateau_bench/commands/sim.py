@@ -5,16 +5,27 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import msgspec
 import typer
 from rich.table import Table
 
-from plateau_bench.analysis.metrics import compute_level, seed_line
-from plateau_bench.commands.options import wide_console
+from plateau_bench.aio import run as run_async
+from plateau_bench.commands.options import Overwrite, wide_console
 from plateau_bench.errors import ConfigError
+from plateau_bench.report.terminal import seed_line
+from plateau_bench.result import LevelResult, RunSpec, SimSpec
 from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration, parse_int_list
 
 ENGINE = "Engine overrides"
+
+
+class _PrintLevels:
+    """Prints each simulated level as it finishes (the sweep observer protocol)."""
+
+    def level_started(self, level: LevelSpec, phase: str) -> None:
+        pass
+
+    def level_finished(self, level: LevelResult) -> None:
+        typer.echo(seed_line(level))
 LOAD = "Load"
 
 
@@ -40,148 +51,138 @@ BatchedTokens = Annotated[int | None, typer.Option("--max-num-batched-tokens", h
 Preset = Annotated[str, typer.Option("--preset", help="Engine preset (see `plateau presets`).")]
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("presets")
-    def presets_cmd(
-        details: Annotated[bool, typer.Option("--details", help="Also print where each preset's numbers "
-                                              "come from.")] = False,
-    ) -> None:
-        """List the simulated-engine presets and their key parameters."""
-        from plateau_bench.sim.presets import list_presets
+def presets_cmd(
+    details: Annotated[bool, typer.Option("--details", help="Also print where each preset's numbers "
+                                          "come from.")] = False,
+) -> None:
+    """List the simulated-engine presets and their key parameters."""
+    from plateau_bench.sim.presets import list_presets
 
-        table = Table(title="Simulated engine presets (step time t = t0 + a*seqs + b*prefill + c*KV read)")
-        for col in ("preset", "policy", "max seqs", "token budget", "KV tokens", "t0 ms", "a us/seq",
-                    "b us/token", "c ns/KV token"):
-            table.add_column(col, justify="left" if col in ("preset", "policy") else "right")
-        presets = list_presets()
+    table = Table(title="Simulated engine presets (step time t = t0 + a*seqs + b*prefill + c*KV read)")
+    for col in ("preset", "policy", "max seqs", "token budget", "KV tokens", "t0 ms", "a us/seq",
+                "b us/token", "c ns/KV token"):
+        table.add_column(col, justify="left" if col in ("preset", "policy") else "right")
+    presets = list_presets()
+    for p in presets:
+        s = p.step
+        table.add_row(p.name, p.policy, f"{p.max_num_seqs:,}", f"{p.max_num_batched_tokens:,}",
+                      f"{p.kv_tokens:,}", f"{s.t0 * 1e3:.3g}", f"{s.a * 1e6:.3g}", f"{s.b * 1e6:.3g}",
+                      f"{s.c * 1e9:.3g}")
+    console = wide_console()
+    console.print(table)
+    if details:
         for p in presets:
-            s = p.step
-            table.add_row(p.name, p.policy, f"{p.max_num_seqs:,}", f"{p.max_num_batched_tokens:,}",
-                          f"{p.kv_tokens:,}", f"{s.t0 * 1e3:.3g}", f"{s.a * 1e6:.3g}", f"{s.b * 1e6:.3g}",
-                          f"{s.c * 1e9:.3g}")
-        console = wide_console()
-        console.print(table)
-        if details:
-            for p in presets:
-                console.print(f"[bold]{p.name}[/bold]: {p.description}\n")
-        else:
-            console.print("Where the numbers come from: plateau presets --details")
+            console.print(f"[bold]{p.name}[/bold]: {p.description}\n")
+    else:
+        console.print("Where the numbers come from: plateau presets --details")
 
-    @app.command("sim")
-    def sim_cmd(
-        preset: Preset = "tiny",
-        mode: Annotated[str, typer.Option("--mode", help="burst | steady", rich_help_panel=LOAD)] = "burst",
-        concurrency: Annotated[str, typer.Option("--concurrency", "-c", help="Comma list of concurrency "
-                                                 "levels.", rich_help_panel=LOAD)] = "1,8,32,128",
-        num_requests: Annotated[int | None, typer.Option("--num-requests", "-n", help="Requests per level "
-                                                         "(burst default: = concurrency).",
-                                                         rich_help_panel=LOAD)] = None,
-        duration: Annotated[str | None, typer.Option("--duration", help="Steady: virtual time per level "
-                                                     "(default 60s).", rich_help_panel=LOAD)] = None,
-        input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")] = 128,
-        output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request.")] = 128,
-        range_ratio: Annotated[float, typer.Option("--range-ratio", help="Spread lengths in len*(1±r).")] = 0.0,
-        seed: Annotated[int, typer.Option("--seed", help="Same seed, same lengths.")] = 0,
-        out: Annotated[Path | None, typer.Option("--out", help="Result directory.")] = None,
-        chunks: Annotated[bool, typer.Option("--chunks", help="Record every token's time (slower, "
-                                             "exact ITL).")] = False,
-        max_num_seqs: MaxNumSeqs = None,
-        kv_tokens: KvTokens = None,
-        max_num_batched_tokens: BatchedTokens = None,
-    ) -> None:
-        """Simulate load levels in virtual time (no GPU, no model): what if the cap were N?"""
-        from plateau_bench.report.results import ResultWriter
-        from plateau_bench.sim.level import simulate_level
-        from plateau_bench.sim.presets import preset_summary
 
-        if mode not in ("burst", "steady"):
-            raise ConfigError(f"--mode must be burst or steady (got {mode!r})")
-        base, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens)
-        if config.max_num_seqs == 0:
-            raise ConfigError("--max-num-seqs 0 admits no request; use at least 1")
-        levels_c = parse_int_list(concurrency, "--concurrency")
-        duration_s = parse_duration(duration) if duration else (60.0 if mode == "steady" else None)
-        workload = WorkloadSpec(input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed)
-        workload.validate()
-        overrides = config.overrides_from(base)
-        spec: dict[str, Any] = {
-            "simulated": True, "preset": preset, "overrides": overrides, "engine": preset_summary(config),
-            "mode": mode, "concurrency": levels_c, "num_requests": num_requests, "duration_s": duration_s,
-            "workload": msgspec.to_builtins(workload),
-        }
-        label = f"simulated engine: preset {preset}" + (f" with {overrides}" if overrides else "")
-        typer.echo(f"{label} (virtual time)")
-        writer = ResultWriter(out, kind="sim", spec=spec, target_info={"kind": "sim", "preset": preset}) \
-            if out is not None else None
-        try:
-            for c in levels_c:
-                level = LevelSpec(mode=mode, concurrency=c, num_requests=num_requests,  # type: ignore[arg-type]
-                                  duration_s=duration_s)
-                result = simulate_level(config, level, workload, chunks=chunks)
-                lv = compute_level(result.records, label=level.label, mode=mode, concurrency=c)
-                lv.extra["sim"] = {"preemptions": result.state.preemptions, "virtual_end_s": result.state.now}
-                typer.echo(seed_line(lv))
-                if writer is not None:
-                    writer.add_requests(level.label, result.records)
-                    writer.add_level(lv)
-        finally:
-            if writer is not None:
-                writer.close()
-        if out is not None:
-            typer.echo(f"results: {out}")
+def sim_cmd(
+    preset: Preset = "tiny",
+    mode: Annotated[str, typer.Option("--mode", help="burst | steady", rich_help_panel=LOAD)] = "burst",
+    concurrency: Annotated[str, typer.Option("--concurrency", "-c", help="Comma list of concurrency "
+                                             "levels.", rich_help_panel=LOAD)] = "1,8,32,128",
+    num_requests: Annotated[int | None, typer.Option("--num-requests", "-n", help="Requests per level "
+                                                     "(burst default: = concurrency).",
+                                                     rich_help_panel=LOAD)] = None,
+    duration: Annotated[str | None, typer.Option("--duration", help="Steady: virtual time per level "
+                                                 "(default 60s).", rich_help_panel=LOAD)] = None,
+    input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")] = 128,
+    output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request.")] = 128,
+    range_ratio: Annotated[float, typer.Option("--range-ratio", help="Spread lengths in len*(1±r).")] = 0.0,
+    seed: Annotated[int, typer.Option("--seed", help="Same seed, same lengths.")] = 0,
+    out: Annotated[Path | None, typer.Option("--out", help="Result directory.")] = None,
+    overwrite: Overwrite = False,
+    chunks: Annotated[bool, typer.Option("--chunks", help="Record every token's time (slower, "
+                                         "exact ITL).")] = False,
+    max_num_seqs: MaxNumSeqs = None,
+    kv_tokens: KvTokens = None,
+    max_num_batched_tokens: BatchedTokens = None,
+) -> None:
+    """Simulate load levels in virtual time (no GPU, no model): what if the cap were N?"""
+    from plateau_bench.sim.presets import preset_summary
+    from plateau_bench.sweep.session import simulate
 
-    @app.command("serve-sim")
-    def serve_sim_cmd(
-        preset: Preset = "tiny",
-        host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-        port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free port).")] = 8000,
-        speed: Annotated[float, typer.Option("--speed", help="Run the engine clock this many times faster "
-                                             "than real time.")] = 1.0,
-        no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Serve no /metrics (404).")] = False,
-        reject_when_waiting: Annotated[int | None, typer.Option(
-            "--reject-when-waiting", help="Answer new requests with --reject-status while more than N "
-            "wait.")] = None,
-        reject_status: Annotated[int, typer.Option("--reject-status", help="429 or 503.")] = 429,
-        max_num_seqs: MaxNumSeqs = None,
-        kv_tokens: KvTokens = None,
-        max_num_batched_tokens: BatchedTokens = None,
-        max_model_len: Annotated[int | None, typer.Option("--max-model-len", help="Longest prompt + output.",
-                                                          rich_help_panel=ENGINE)] = None,
-        t0_ms: Annotated[float | None, typer.Option("--t0-ms", help="Step time: fixed part (ms).",
-                                                    rich_help_panel=ENGINE)] = None,
-        a_ms: Annotated[float | None, typer.Option("--a-ms", help="Step time: per decode sequence (ms).",
-                                                   rich_help_panel=ENGINE)] = None,
-        b_ms: Annotated[float | None, typer.Option("--b-ms", help="Step time: per prefill token (ms).",
-                                                   rich_help_panel=ENGINE)] = None,
-        c_us: Annotated[float | None, typer.Option("--c-us", help="Step time: per KV token read (us).",
-                                                   rich_help_panel=ENGINE)] = None,
-        faults: Annotated[str | None, typer.Option(
-            "--faults", help="Fail requests on purpose, with per-request probabilities: hang, truncate, "
-            "reset, malformed, http_500, http_429, slow_headers (e.g. hang=0.1,http_429=0.05); "
-            "slow_headers_s= and retry_after_s= set the delay and the Retry-After seconds.")] = None,
-        faults_seed: Annotated[int, typer.Option("--faults-seed", help="Same seed, same faults for the "
-                                                 "n-th request.")] = 0,
-    ) -> None:
-        """Serve the simulated engine as an OpenAI-compatible server with vLLM's /metrics."""
-        from plateau_bench.aio import run
-        from plateau_bench.sim.embed import ServeOptions, serve_forever
-        from plateau_bench.sim.faults import parse_faults
+    if mode not in ("burst", "steady"):
+        raise ConfigError(f"--mode must be burst or steady (got {mode!r})")
+    base, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens)
+    if config.max_num_seqs == 0:
+        raise ConfigError("--max-num-seqs 0 admits no request; use at least 1")
+    levels_c = parse_int_list(concurrency, "--concurrency")
+    duration_s = parse_duration(duration) if duration else (60.0 if mode == "steady" else None)
+    workload = WorkloadSpec(input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed)
+    workload.validate()
+    overrides = config.overrides_from(base)
+    spec = RunSpec(workload=workload, sim=SimSpec(
+        preset=preset, mode=mode, overrides=overrides, engine=preset_summary(config), concurrency=levels_c,
+        num_requests=num_requests, duration_s=duration_s))
+    levels = [LevelSpec(mode=mode, concurrency=c, num_requests=num_requests,  # type: ignore[arg-type]
+                        duration_s=duration_s) for c in levels_c]
+    label = f"simulated engine: preset {preset}" + (f" with {overrides}" if overrides else "")
+    typer.echo(f"{label} (virtual time)")
+    run_async(simulate(config, workload, levels, spec, out_dir=out, chunks=chunks, observer=_PrintLevels(),
+                       existing="overwrite" if overwrite else "refuse"))
+    if out is not None:
+        typer.echo(f"results: {out}")
 
-        if speed <= 0:
-            raise ConfigError(f"--speed must be > 0 (got {speed})")
-        if reject_status not in (429, 503):
-            raise ConfigError(f"--reject-status must be 429 or 503 (got {reject_status})")
-        if reject_when_waiting is not None and reject_when_waiting < 0:
-            raise ConfigError(f"--reject-when-waiting must be >= 0 (got {reject_when_waiting})")
-        _, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, max_model_len,
-                               t0_ms, a_ms, b_ms, c_us)
-        fault_spec = parse_faults(faults) if faults else None
-        options = ServeOptions(speed=speed, metrics=not no_metrics, reject_when_waiting=reject_when_waiting,
-                               reject_status=reject_status, faults=fault_spec, faults_seed=faults_seed)
 
-        def ready(bound: int) -> None:
-            injected = f", faults {fault_spec.spec()} (seed {faults_seed})" if fault_spec and fault_spec.any else ""
-            typer.echo(f"plateau serve-sim: preset {preset} (model {config.model_name!r}) on "
-                       f"http://{host}:{bound}, speed x{speed:g}{injected}; Ctrl-C to stop", err=True)
+def serve_sim_cmd(
+    preset: Preset = "tiny",
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free port).")] = 8000,
+    speed: Annotated[float, typer.Option("--speed", help="Run the engine clock this many times faster "
+                                         "than real time.")] = 1.0,
+    no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Serve no /metrics (404).")] = False,
+    reject_when_waiting: Annotated[int | None, typer.Option(
+        "--reject-when-waiting", help="Answer new requests with --reject-status while more than N "
+        "wait.")] = None,
+    reject_status: Annotated[int, typer.Option("--reject-status", help="429 or 503.")] = 429,
+    max_num_seqs: MaxNumSeqs = None,
+    kv_tokens: KvTokens = None,
+    max_num_batched_tokens: BatchedTokens = None,
+    max_model_len: Annotated[int | None, typer.Option("--max-model-len", help="Longest prompt + output.",
+                                                      rich_help_panel=ENGINE)] = None,
+    t0_ms: Annotated[float | None, typer.Option("--t0-ms", help="Step time: fixed part (ms).",
+                                                rich_help_panel=ENGINE)] = None,
+    a_ms: Annotated[float | None, typer.Option("--a-ms", help="Step time: per decode sequence (ms).",
+                                               rich_help_panel=ENGINE)] = None,
+    b_ms: Annotated[float | None, typer.Option("--b-ms", help="Step time: per prefill token (ms).",
+                                               rich_help_panel=ENGINE)] = None,
+    c_us: Annotated[float | None, typer.Option("--c-us", help="Step time: per KV token read (us).",
+                                               rich_help_panel=ENGINE)] = None,
+    faults: Annotated[str | None, typer.Option(
+        "--faults", help="Fail requests on purpose, with per-request probabilities: hang, truncate, "
+        "reset, malformed, http_500, http_429, slow_headers (e.g. hang=0.1,http_429=0.05); "
+        "slow_headers_s= and retry_after_s= set the delay and the Retry-After seconds.")] = None,
+    faults_seed: Annotated[int, typer.Option("--faults-seed", help="Same seed, same faults for the "
+                                             "n-th request.")] = 0,
+) -> None:
+    """Serve the simulated engine as an OpenAI-compatible server with vLLM's /metrics."""
+    from plateau_bench.aio import run
+    from plateau_bench.sim.embed import ServeOptions, serve_forever
+    from plateau_bench.sim.faults import parse_faults
 
-        run(serve_forever(config, options, host=host, port=port, on_ready=ready))
+    if speed <= 0:
+        raise ConfigError(f"--speed must be > 0 (got {speed})")
+    if reject_status not in (429, 503):
+        raise ConfigError(f"--reject-status must be 429 or 503 (got {reject_status})")
+    if reject_when_waiting is not None and reject_when_waiting < 0:
+        raise ConfigError(f"--reject-when-waiting must be >= 0 (got {reject_when_waiting})")
+    _, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, max_model_len,
+                           t0_ms, a_ms, b_ms, c_us)
+    fault_spec = parse_faults(faults) if faults else None
+    options = ServeOptions(speed=speed, metrics=not no_metrics, reject_when_waiting=reject_when_waiting,
+                           reject_status=reject_status, faults=fault_spec, faults_seed=faults_seed)
+
+    def ready(bound: int) -> None:
+        injected = f", faults {fault_spec.spec()} (seed {faults_seed})" if fault_spec and fault_spec.any else ""
+        typer.echo(f"plateau serve-sim: preset {preset} (model {config.model_name!r}) on "
+                   f"http://{host}:{bound}, speed x{speed:g}{injected}; Ctrl-C to stop", err=True)
+
+    run(serve_forever(config, options, host=host, port=port, on_ready=ready))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("presets")(presets_cmd)
+    app.command("sim")(sim_cmd)
+    app.command("serve-sim")(serve_sim_cmd)

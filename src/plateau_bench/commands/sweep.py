@@ -53,115 +53,117 @@ def _widest(plan: ConcurrencyPlan | RatePlan) -> int:
     return max(plan.concurrencies) if plan.concurrencies else plan.search.max_concurrency
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("sweep")
-    def sweep_cmd(
-        url: o.Url = None,
-        model: o.Model = None,
-        endpoint: o.Endpoint = "completions",
-        api_key: o.ApiKey = None,
-        header: o.Headers = None,
-        timeout: o.Timeout = "600s",
-        wait_ready: o.WaitReady = None,
-        metrics_url: o.MetricsUrl = None,
-        no_metrics: o.NoMetrics = False,
-        concurrency: Annotated[str | None, typer.Option("--concurrency", "-c", help="A fixed grid, e.g. "
-                                                        "1,16,64,256 (default: adaptive search).",
-                                                        rich_help_panel=SEARCH)] = None,
-        mode: Annotated[str, typer.Option("--mode", help="steady (closed loop, steady window) | burst "
-                                          "(num-requests = C, the classic benchmark).",
-                                          rich_help_panel=SEARCH)] = "steady",
-        rate: Annotated[str | None, typer.Option("--rate", help="Open-loop sweep instead: 'auto' (synchronous "
-                                                 "rate to maximum throughput) or rates, e.g. 1,2,5 req/s.",
-                                                 rich_help_panel=SEARCH)] = None,
-        burstiness: Annotated[float, typer.Option("--burstiness", help="Open loop: gamma shape of "
-                                                  "inter-arrivals (1 = Poisson).", rich_help_panel=SEARCH)] = 1.0,
-        start: Annotated[int, typer.Option("--start", help="First concurrency of the search.",
-                                           rich_help_panel=SEARCH)] = 1,
-        max_concurrency: Annotated[int, typer.Option("--max-concurrency", help="Never go above this.",
-                                                     rich_help_panel=SEARCH)] = 4096,
-        plateau_gain: Annotated[float, typer.Option("--plateau-gain", help="A doubling that gains less than "
-                                                    "this (beyond noise) is flat.", rich_help_panel=SEARCH)] = 0.05,
-        precision: Annotated[float, typer.Option("--precision", help="Steady levels end when the 95 % CI of "
-                                                 "tok/s is within this.", rich_help_panel=SEARCH)] = 0.02,
-        min_level_time: Annotated[str, typer.Option("--min-level-time", help="Shortest steady window.",
-                                                    rich_help_panel=SEARCH)] = "5s",
-        max_level_time: Annotated[str, typer.Option("--max-level-time", help="Longest level.",
-                                                    rich_help_panel=SEARCH)] = "60s",
-        warmup: Annotated[int, typer.Option("--warmup", help="Warm-up requests per level.",
-                                            rich_help_panel=SEARCH)] = 0,
-        slo: Annotated[str | None, typer.Option("--slo", help="Stop when violated, e.g. ttft_p99=2s,"
-                                                "tpot_p99=100ms.", rich_help_panel=SEARCH)] = None,
-        budget: Annotated[str | None, typer.Option("--budget", help="Stop before spending more, e.g. 10m.",
-                                                   rich_help_panel=SEARCH)] = None,
-        max_error_rate: Annotated[float, typer.Option("--max-error-rate", help="Stop when a level's failed "
-                                                      "share exceeds this.", rich_help_panel=SEARCH)] = 0.2,
-        resume: Annotated[Path | None, typer.Option("--resume", help="Continue a sweep saved in this "
-                                                    "directory (failed or damaged levels are measured again).",
+def sweep_cmd(
+    url: o.Url = None,
+    model: o.Model = None,
+    endpoint: o.Endpoint = "completions",
+    api_key: o.ApiKey = None,
+    header: o.Headers = None,
+    timeout: o.Timeout = "600s",
+    wait_ready: o.WaitReady = None,
+    metrics_url: o.MetricsUrl = None,
+    no_metrics: o.NoMetrics = False,
+    concurrency: Annotated[str | None, typer.Option("--concurrency", "-c", help="A fixed grid, e.g. "
+                                                    "1,16,64,256 (default: adaptive search).",
                                                     rich_help_panel=SEARCH)] = None,
-        input_len: o.InputLen = 128,
-        output_len: o.OutputLen = 128,
-        range_ratio: o.RangeRatio = 0.0,
-        dataset: o.Dataset = None,
-        seed: o.Seed = 0,
-        tokenizer: o.Tokenizer = None,
-        out: o.Out = None,
-        overwrite: o.Overwrite = False,
-        quiet: o.Quiet = False,
-        as_json: o.Json = False,
-        preset: o.Preset = "tiny",
-        sim_speed: o.SimSpeed = 1.0,
-    ) -> None:
-        """Push the load until throughput stops growing; find the plateau and the knee; say why."""
-        from plateau_bench.sweep.session import measure, metrics_url_for, out_dir_or_temp, prepare, target_url
+    mode: Annotated[str, typer.Option("--mode", help="steady (closed loop, steady window) | burst "
+                                      "(num-requests = C, the classic benchmark).",
+                                      rich_help_panel=SEARCH)] = "steady",
+    rate: Annotated[str | None, typer.Option("--rate", help="Open-loop sweep instead: 'auto' (synchronous "
+                                             "rate to maximum throughput) or rates, e.g. 1,2,5 req/s.",
+                                             rich_help_panel=SEARCH)] = None,
+    burstiness: Annotated[float, typer.Option("--burstiness", help="Open loop: gamma shape of "
+                                              "inter-arrivals (1 = Poisson).", rich_help_panel=SEARCH)] = 1.0,
+    start: Annotated[int, typer.Option("--start", help="First concurrency of the search.",
+                                       rich_help_panel=SEARCH)] = 1,
+    max_concurrency: Annotated[int, typer.Option("--max-concurrency", help="Never go above this.",
+                                                 rich_help_panel=SEARCH)] = 4096,
+    plateau_gain: Annotated[float, typer.Option("--plateau-gain", help="A doubling that gains less than "
+                                                "this (beyond noise) is flat.", rich_help_panel=SEARCH)] = 0.05,
+    precision: Annotated[float, typer.Option("--precision", help="Steady levels end when the 95 % CI of "
+                                             "tok/s is within this.", rich_help_panel=SEARCH)] = 0.02,
+    min_level_time: Annotated[str, typer.Option("--min-level-time", help="Shortest steady window.",
+                                                rich_help_panel=SEARCH)] = "5s",
+    max_level_time: Annotated[str, typer.Option("--max-level-time", help="Longest level.",
+                                                rich_help_panel=SEARCH)] = "60s",
+    warmup: Annotated[int, typer.Option("--warmup", help="Warm-up requests per level.",
+                                        rich_help_panel=SEARCH)] = 0,
+    slo: Annotated[str | None, typer.Option("--slo", help="Stop when violated, e.g. ttft_p99=2s,"
+                                            "tpot_p99=100ms.", rich_help_panel=SEARCH)] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help="Stop before spending more, e.g. 10m.",
+                                               rich_help_panel=SEARCH)] = None,
+    max_error_rate: Annotated[float, typer.Option("--max-error-rate", help="Stop when a level's failed "
+                                                  "share exceeds this.", rich_help_panel=SEARCH)] = 0.2,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Continue a sweep saved in this "
+                                                "directory (failed or damaged levels are measured again).",
+                                                rich_help_panel=SEARCH)] = None,
+    input_len: o.InputLen = 128,
+    output_len: o.OutputLen = 128,
+    range_ratio: o.RangeRatio = 0.0,
+    dataset: o.Dataset = None,
+    seed: o.Seed = 0,
+    tokenizer: o.Tokenizer = None,
+    out: o.Out = None,
+    overwrite: o.Overwrite = False,
+    quiet: o.Quiet = False,
+    as_json: o.Json = False,
+    preset: o.Preset = "tiny",
+    sim_speed: o.SimSpeed = 1.0,
+) -> None:
+    """Push the load until throughput stops growing; find the plateau and the knee; say why."""
+    from plateau_bench.sweep.session import measure, metrics_url_for, out_dir_or_temp, prepare, target_url
 
-        limits = SweepLimits(precision=precision, min_level_s=parse_duration(min_level_time),
-                             max_level_s=parse_duration(max_level_time), warmup=warmup,
-                             slos=tuple(parse_slo(slo)) if slo else (),
-                             budget_s=parse_duration(budget) if budget else None, max_error_rate=max_error_rate)
-        plan = build_plan(concurrency, mode, rate, burstiness, start, max_concurrency, plateau_gain, limits)
-        if resume is not None and isinstance(plan, RatePlan) and plan.rates is None:
-            raise ConfigError("--resume continues concurrency sweeps and given rates; an auto rate sweep starts "
-                              "afresh")
-        if resume is not None and out is not None and Path(out) != Path(resume):
-            raise ConfigError("--resume continues in its own directory; drop --out or make it the same")
-        if resume is not None and overwrite:
-            raise ConfigError("--resume keeps the saved levels; --overwrite replaces them: choose one")
-        workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
-        o.check_load_size(_widest(plan))
-        out_dir = resume or out_dir_or_temp(out, "sweep")
-        console = o.wide_console()
+    limits = SweepLimits(precision=precision, min_level_s=parse_duration(min_level_time),
+                         max_level_s=parse_duration(max_level_time), warmup=warmup,
+                         slos=tuple(parse_slo(slo)) if slo else (),
+                         budget_s=parse_duration(budget) if budget else None, max_error_rate=max_error_rate)
+    plan = build_plan(concurrency, mode, rate, burstiness, start, max_concurrency, plateau_gain, limits)
+    if resume is not None and isinstance(plan, RatePlan) and plan.rates is None:
+        raise ConfigError("--resume continues concurrency sweeps and given rates; an auto rate sweep starts "
+                          "afresh")
+    if resume is not None and out is not None and Path(out) != Path(resume):
+        raise ConfigError("--resume continues in its own directory; drop --out or make it the same")
+    if resume is not None and overwrite:
+        raise ConfigError("--resume keeps the saved levels; --overwrite replaces them: choose one")
+    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
+    o.check_load_size(_widest(plan))
+    out_dir = resume or out_dir_or_temp(out, "sweep")
+    console = o.wide_console()
 
-        async def main() -> int:
-            async with target_url(url, preset, sim_speed) as (base_url, twin):
-                target = o.target_spec(base_url, model, endpoint, api_key, header, timeout)
-                prepared = await prepare(target, workload, 2 * _widest(plan),
-                                         wait_ready_s=parse_duration(wait_ready) if wait_ready else None, twin=twin)
-                m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
-                planned = len(plan.concurrencies or ()) if isinstance(plan, ConcurrencyPlan) else 8
-                with LiveView(enabled=not quiet and not as_json, est_levels=planned or 12) as view:
-                    done = await measure(prepared, workload, plan, out_dir=out_dir, metrics_url=m_url,
-                                         metrics_required=required, observer=view, progress=lambda: view.progress,
-                                         existing="resume" if resume else "overwrite" if overwrite or out is None
-                                         else "refuse")
-            if as_json:
-                data = msgspec.to_builtins(done.result)
-                data["out"] = str(out_dir)
-                typer.echo(msgspec.json.format(msgspec.json.encode(data), indent=2).decode())
-            else:
-                console.print(sweep_report(done.result, str(out_dir)), highlight=False, soft_wrap=True)
-            last = done.result.levels[-1] if done.result.levels else None
-            if last is not None and last.level_failed and last.dominant_error == "connect":
-                print(f"plateau: the target stopped answering during {last.label}; finished levels are saved in "
-                      f"{out_dir} (continue with --resume {out_dir})", file=sys.stderr)
-                return 1
-            return 1 if any(lv.completed == 0 for lv in done.result.levels) else 0
+    async def main() -> int:
+        async with target_url(url, preset, sim_speed) as (base_url, twin):
+            target = o.target_spec(base_url, model, endpoint, api_key, header, timeout)
+            prepared = await prepare(target, workload, 2 * _widest(plan),
+                                     wait_ready_s=parse_duration(wait_ready) if wait_ready else None, twin=twin)
+            m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
+            planned = len(plan.concurrencies or ()) if isinstance(plan, ConcurrencyPlan) else 8
+            with LiveView(enabled=not quiet and not as_json, est_levels=planned or 12) as view:
+                done = await measure(prepared, workload, plan, out_dir=out_dir, metrics_url=m_url,
+                                     metrics_required=required, observer=view, progress=lambda: view.progress,
+                                     existing="resume" if resume else "overwrite" if overwrite or out is None
+                                     else "refuse")
+        if as_json:
+            data = msgspec.to_builtins(done.result)
+            data["out"] = str(out_dir)
+            typer.echo(msgspec.json.format(msgspec.json.encode(data), indent=2).decode())
+        else:
+            console.print(sweep_report(done.result, str(out_dir)), highlight=False, soft_wrap=True)
+        last = done.result.levels[-1] if done.result.levels else None
+        if last is not None and last.level_failed and last.dominant_error == "connect":
+            print(f"plateau: the target stopped answering during {last.label}; finished levels are saved in "
+                  f"{out_dir} (continue with --resume {out_dir})", file=sys.stderr)
+            return 1
+        return 1 if any(lv.completed == 0 for lv in done.result.levels) else 0
 
-        try:
-            code = run_async(main())
-        except KeyboardInterrupt:
-            print(f"plateau: interrupted; finished levels are saved in {out_dir} "
-                  f"(continue with --resume {out_dir})", file=sys.stderr)
-            raise SystemExit(130) from None
-        if code:
-            raise typer.Exit(code)
+    try:
+        code = run_async(main())
+    except KeyboardInterrupt:
+        print(f"plateau: interrupted; finished levels are saved in {out_dir} "
+              f"(continue with --resume {out_dir})", file=sys.stderr)
+        raise SystemExit(130) from None
+    if code:
+        raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep")(sweep_cmd)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import html
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -228,61 +228,63 @@ def _environment(run: ReportRun) -> str:
     return f"<pre>{_esc(json.dumps(keep, indent=2, sort_keys=False, default=str))}</pre>"
 
 
-def render_html(runs: Sequence[ReportRun]) -> str:
-    """The whole report for ``runs`` as one HTML document."""
-    several = len(runs) > 1
+_CAPTIONS = {
+    "throughput": "Output tokens per second at each level. Dashed: the plateau; dotted: the knee "
+                  "(shaded: the bracket it lies in). Hollow markers: burst levels.",
+    "latency": "Time to first token, time per output token and end-to-end latency; "
+               "solid p50, dashed p99.",
+    "frontier": "Each point is a level: how fast each user is served against how much the server "
+                "serves in all. Pick the rightmost point whose per-user speed is still acceptable.",
+}
+_TITLES = {"throughput": "Throughput", "latency": "Latency", "frontier": "Throughput-latency frontier"}
+
+
+def _head(runs: Sequence[ReportRun]) -> list[str]:
     names = ", ".join(run.name for run in runs)
-    out: list[str] = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>plateau-bench report: {_esc(names)}</title>",
-        f"<style>{CSS}</style></head><body><main>",
-        f"<h1>plateau-bench report: {_esc(names)}</h1>",
-    ]
     created = [run.result.created for run in runs if run.result.created]
     preset = [p.preset for run in runs for p in (run.result.spec.sim, run.result.spec.twin) if p is not None]
-    sub = [f"{len(runs)} runs overlaid" if several else runs[0].result.kind]
+    sub = [f"{len(runs)} runs overlaid" if len(runs) > 1 else runs[0].result.kind]
     sub += [f"created {', '.join(created)}"] if created else []
     sub += [f"preset {', '.join(preset)}"] if preset else []
-    out.append(f'<p class="sub">{_esc(" · ".join(sub))}</p>')
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>plateau-bench report: {_esc(names)}</title>",
+           f"<style>{CSS}</style></head><body><main>",
+           f"<h1>plateau-bench report: {_esc(names)}</h1>",
+           f'<p class="sub">{_esc(" · ".join(sub))}</p>']
     diffs = workload_differences(runs)
     if diffs:
         out.append('<div class="note"><strong>The runs used different workloads.</strong> '
                    + _list(diffs) + "Compare their curves with this in mind.</div>")
-    out.append("<h2>Verdict</h2>" if any(run.result.verdict for run in runs) else "<h2>Summary</h2>")
+    return out
+
+
+def _per_run(runs: Sequence[ReportRun], section: Callable[[ReportRun, int], str]) -> list[str]:
+    several = len(runs) > 1
+    out = []
     for i, run in enumerate(runs):
         if several:
             out.append(f"<h3>{_run_title(run, i, several)}</h3>")
-        out.append(_verdict(run) + _cards(run))
+        out.append(section(run, i))
+    return out
 
-    captions = {
-        "throughput": "Output tokens per second at each level. Dashed: the plateau; dotted: the knee "
-                      "(shaded: the bracket it lies in). Hollow markers: burst levels.",
-        "latency": "Time to first token, time per output token and end-to-end latency; "
-                   "solid p50, dashed p99.",
-        "frontier": "Each point is a level: how fast each user is served against how much the server "
-                    "serves in all. Pick the rightmost point whose per-user speed is still acceptable.",
-    }
-    titles = {"throughput": "Throughput", "latency": "Latency", "frontier": "Throughput-latency frontier"}
+
+def render_html(runs: Sequence[ReportRun]) -> str:
+    """The whole report for ``runs`` as one HTML document."""
+    several = len(runs) > 1
+    out = _head(runs)
+    out.append("<h2>Verdict</h2>" if any(run.result.verdict for run in runs) else "<h2>Summary</h2>")
+    out += _per_run(runs, lambda run, _: _verdict(run) + _cards(run))
     for kind in plots.MAIN_PLOTS:
         svg = plots.to_svg(plots.build(kind, runs, titled=False), kind)
-        out.append(f"<h2>{titles[kind]}</h2><figure>{svg}<figcaption>{_esc(captions[kind])}</figcaption></figure>")
-
+        out.append(f"<h2>{_TITLES[kind]}</h2><figure>{svg}<figcaption>{_esc(_CAPTIONS[kind])}</figcaption>"
+                   "</figure>")
     out.append("<h2>Levels</h2>")
-    for i, run in enumerate(runs):
-        if several:
-            out.append(f"<h3>{_run_title(run, i, several)}</h3>")
-        out.append(_level_table(run))
-
+    out += _per_run(runs, lambda run, _: _level_table(run))
     out.append("<h2>Levels over time</h2><p class=\"sub\">In-flight requests, output tokens per second "
                "(1 s buckets) and, when scraped, the server's running and waiting requests and KV cache "
                "usage. Shaded: the measurement window.</p>")
-    for i, run in enumerate(runs):
-        if several:
-            out.append(f"<h3>{_run_title(run, i, several)}</h3>")
-        out.append(_timeseries(run, i, several))
-
+    out += _per_run(runs, lambda run, i: _timeseries(run, i, several))
     out.append("<h2>Spec and environment</h2>")
     for i, run in enumerate(runs):
         out.append(f"<h3>{_run_title(run, i, several)}</h3><p class=\"sub\">{_esc(str(run.path))}</p>")

@@ -13,7 +13,7 @@ number, and only the new attempt counts anywhere.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -89,9 +89,14 @@ async def run_sweep(
     on_record: OnRecord | None = None,
     observer: SweepObserver | None = None,
     previous: Sequence[LevelResult] = (),
+    attempts: Mapping[str, int] | None = None,
 ) -> SweepState:
-    """Run the sweep; ``on_level`` persists each finished level before the next one starts."""
-    attempts = {lv.label: lv.attempt for lv in previous}
+    """Run the sweep; ``on_level`` persists each finished level before the next one starts.
+
+    ``attempts`` (label -> highest attempt already used, an interrupted one included) numbers the
+    levels measured again; by default the saved levels' own attempts.
+    """
+    attempts = dict(attempts) if attempts is not None else {lv.label: lv.attempt for lv in previous}
     state = SweepState(levels=[lv for lv in previous if not damaged(lv)])
     while True:
         step = plan.next(state.levels)

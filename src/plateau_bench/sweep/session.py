@@ -19,7 +19,7 @@ import msgspec
 from plateau_bench.driver.runner import HttpLevelRunner
 from plateau_bench.driver.target import TargetInfo, discover, tokenize_remote, wait_ready
 from plateau_bench.errors import ConfigError
-from plateau_bench.level_run import LevelRun
+from plateau_bench.level_run import HealthSample, LevelRun
 from plateau_bench.progress import LevelProgress
 from plateau_bench.result import (
     LevelResult,
@@ -33,9 +33,19 @@ from plateau_bench.result import (
 )
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.spec import LevelSpec, TargetSpec, WorkloadSpec
-from plateau_bench.store import Existing, ResultWriter, holds_results, host_info, load_result, now_utc, tool_info
+from plateau_bench.store import (
+    Existing,
+    ResultWriter,
+    attempts_on_disk,
+    holds_results,
+    host_info,
+    load_result,
+    now_utc,
+    tool_info,
+)
 from plateau_bench.sweep.loop import SweepObserver, SweepState, conclude, run_sweep, stop_rule_for
 from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, Step, SweepLimits
+from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.telemetry.scraper import default_metrics_url
 from plateau_bench.workload.prompts import Prompt, synthesize
 from plateau_bench.workload.tokens import LocalTokenizer, choose_counter
@@ -139,6 +149,14 @@ def check_resume(out_dir: Path, spec: RunSpec) -> list[LevelResult]:
     return list(saved.levels)
 
 
+def _attempts(out_dir: Path | None, previous: Sequence[LevelResult]) -> dict[str, int]:
+    """Attempts already used: saved levels and interrupted ones (their records are on disk)."""
+    used = attempts_on_disk(out_dir) if out_dir is not None else {}
+    for lv in previous:
+        used[lv.label] = max(used.get(lv.label, 0), lv.attempt)
+    return used
+
+
 @dataclass
 class SweepRun:
     state: SweepState
@@ -191,7 +209,9 @@ async def measure(prepared: Prepared, workload: WorkloadSpec, plan: ConcurrencyP
         result.target.engine = runner.engine or result.target.engine
         if writer is None:
             return
-        for sample in (*run.server_samples, *run.gpu_samples, *run.health_samples):
+        samples: list[TelemetrySample | HealthSample] = [*run.server_samples, *run.gpu_samples,
+                                                         *run.health_samples]
+        for sample in samples:
             writer.add_telemetry(level.label, sample, level.attempt)
         writer.add_level(level)
 
@@ -199,7 +219,7 @@ async def measure(prepared: Prepared, workload: WorkloadSpec, plan: ConcurrencyP
         state = await run_sweep(
             runner, the_plan, limits or SweepLimits(), stop_rule=rule, on_level=on_level, observer=observer,
             on_record=(lambda label, attempt, r: writer.add_request(label, r, attempt)) if writer else None,
-            previous=previous)
+            previous=previous, attempts=_attempts(out_dir, previous) if existing == "resume" else None)
         conclude(result, state, the_plan, runner.engine)
         if writer is not None:
             writer.flush()

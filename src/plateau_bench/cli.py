@@ -38,7 +38,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_COMMAND_MODULES = ("run", "sweep", "sim", "diagnose", "report", "compare")
+_COMMAND_MODULES = ("run", "sweep", "sim", "diagnose", "report", "compare", "schema")
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"plateau_bench.commands.{_name}").register(app)

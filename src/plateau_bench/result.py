@@ -233,13 +233,37 @@ class TwinInfo(msgspec.Struct, frozen=True, kw_only=True):
     speed: float = 1.0
 
 
+class StepCoefficients(msgspec.Struct, frozen=True, kw_only=True):
+    """The twin's step time ``t0 + a*decode_seqs + b*prefill_tokens + c*kv_tokens_read`` (seconds)."""
+
+    t0: float
+    a: float = 0.0
+    b: float = 0.0
+    c: float = 0.0
+
+
+class EngineSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """The simulated engine's key parameters (as ``plateau presets`` shows them)."""
+
+    name: str
+    policy: str
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_tokens: int
+    block_size: int
+    step: StepCoefficients
+
+
+Scalar = str | int | float | bool | None
+
+
 class SimSpec(msgspec.Struct, frozen=True, kw_only=True):
     """``plateau sim``: the engine preset and the levels simulated in virtual time."""
 
     preset: str
     mode: str = "burst"
     overrides: dict[str, float] = msgspec.field(default_factory=dict)
-    engine: dict[str, object] = msgspec.field(default_factory=dict)
+    engine: EngineSummary | None = None
     concurrency: list[int] = msgspec.field(default_factory=list)
     num_requests: int | None = None
     duration_s: float | None = None
@@ -251,7 +275,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     target: TargetPublic | None = None
     workload: WorkloadSpec = msgspec.field(default_factory=WorkloadSpec)
     prompt_tokens_source: str | None = None
-    prompt_accuracy: dict[str, object] = msgspec.field(default_factory=dict)
+    prompt_accuracy: dict[str, Scalar] = msgspec.field(default_factory=dict)   # how exact the prompt lengths are
     twin: TwinInfo | None = None
     sweep: SweepSettings | None = None
     level: LevelSpec | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
+import msgspec
 import typer
 from rich.table import Table
 
@@ -12,7 +13,7 @@ from plateau_bench.aio import run as run_async
 from plateau_bench.commands.options import Overwrite, wide_console
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.terminal import seed_line
-from plateau_bench.result import LevelResult, RunSpec, SimSpec
+from plateau_bench.result import EngineSummary, LevelResult, RunSpec, SimSpec
 from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration, parse_int_list
 
 ENGINE = "Engine overrides"
@@ -113,8 +114,9 @@ def sim_cmd(
     workload = WorkloadSpec(input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed)
     workload.validate()
     overrides = config.overrides_from(base)
+    engine = msgspec.convert(preset_summary(config), EngineSummary)
     spec = RunSpec(workload=workload, sim=SimSpec(
-        preset=preset, mode=mode, overrides=overrides, engine=preset_summary(config), concurrency=levels_c,
+        preset=preset, mode=mode, overrides=overrides, engine=engine, concurrency=levels_c,
         num_requests=num_requests, duration_s=duration_s))
     levels = [LevelSpec(mode=mode, concurrency=c, num_requests=num_requests,  # type: ignore[arg-type]
                         duration_s=duration_s) for c in levels_c]

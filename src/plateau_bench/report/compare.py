@@ -15,7 +15,8 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from plateau_bench.analysis.compare import Comparison, PairResult, SloResult
+from plateau_bench.analysis.compare import Comparison, SloResult
+from plateau_bench.analysis.crossover import PairResult
 from plateau_bench.store import RESULT_FILE
 
 MAX_COLUMNS = 6

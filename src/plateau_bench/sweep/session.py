@@ -26,6 +26,7 @@ from plateau_bench.result import (
     ResultFile,
     ResultKind,
     RunSpec,
+    Scalar,
     SweepSettings,
     TargetPublic,
     TargetRecord,
@@ -59,7 +60,7 @@ class Prepared:
     info: TargetInfo
     prompts: list[Prompt]
     token_source: str
-    accuracy: dict[str, object] = field(default_factory=dict)
+    accuracy: dict[str, Scalar] = field(default_factory=dict)
     twin: TwinInfo | None = None
     count_tokens: Callable[[str], int] | None = None
 
@@ -96,7 +97,8 @@ async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int, *,
     counter = await choose_counter(workload.tokenizer, count_remote if info.tokenize else None)
     built = await synthesize(workload, min(max(n_prompts, 1), MAX_PROMPTS), counter=counter)
     count_tokens = counter.count_text if isinstance(counter, LocalTokenizer) else None
-    return Prepared(target, info, built.prompts, built.token_source, dict(built.accuracy), twin, count_tokens)
+    accuracy = msgspec.convert(built.accuracy, dict[str, Scalar])
+    return Prepared(target, info, built.prompts, built.token_source, accuracy, twin, count_tokens)
 
 
 def run_spec(prepared: Prepared, workload: WorkloadSpec, plan: Plan | None = None,

@@ -53,7 +53,7 @@ from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 
 from plateau_bench import __version__
-from plateau_bench.driver.sse import StreamAccumulator
+from plateau_bench.driver.sse import StreamAccumulator, TokenCounts
 from plateau_bench.driver.target import (
     base_url,
     describe_failure,
@@ -73,15 +73,16 @@ _KEEPALIVE_S = 4.0
 
 
 class _InFlight:
-    """One request in flight: when its connection became ready, and what it has streamed so far."""
+    """One request in flight: its connection time, its answer so far, and how it failed, if it did."""
 
-    __slots__ = ("acc", "clock", "prompt_tokens", "ready_ns", "scheduled_ns", "sent_ns", "status", "warmup",
-                 "worker")
+    __slots__ = ("acc", "clock", "content_type", "cut", "detail", "error", "prompt_tokens", "ready_ns",
+                 "scheduled_ns", "sent_ns", "status", "t0", "warmup", "worker")
 
-    def __init__(self, clock: Callable[[], int], acc: StreamAccumulator, scheduled_ns: int, worker: int,
-                 warmup: bool, prompt_tokens: int) -> None:
+    def __init__(self, clock: Callable[[], int], t0: int, scheduled_ns: int, worker: int, warmup: bool,
+                 prompt_tokens: int) -> None:
         self.clock = clock
-        self.acc = acc
+        self.t0 = t0
+        self.acc = StreamAccumulator()
         self.scheduled_ns = scheduled_ns
         self.worker = worker
         self.warmup = warmup
@@ -89,6 +90,10 @@ class _InFlight:
         self.ready_ns: int | None = None
         self.sent_ns = 0
         self.status: int | None = None
+        self.error: ErrorClass | None = None
+        self.detail: str | None = None
+        self.content_type = ""
+        self.cut: str | None = None  # how the body of a 200 answer was cut off, if it was
 
 
 _CONNECTING: ContextVar[_InFlight | None] = ContextVar("plateau_connecting", default=None)
@@ -198,110 +203,84 @@ class StreamingClient:
             raise RuntimeError("StreamingClient.send outside 'async with'")
         body = self.request_body(prompt, max_tokens)
         clock = self.clock_ns
-        t0 = self.t0_ns
-        acc = StreamAccumulator()
-        status: int | None = None
-        error: ErrorClass | None = None
-        detail: str | None = None
-        content_type = ""
-        cut: str | None = None  # how the body of a 200 answer was cut off, if it was
-        connecting = _InFlight(clock, acc, scheduled_ns, worker, warmup, prompt_tokens)
+        state = _InFlight(clock, self.t0_ns, scheduled_ns, worker, warmup, prompt_tokens)
+        acc = state.acc
         in_flight = self._in_flight
-        in_flight[index] = connecting
-        token = _CONNECTING.set(connecting)
-        sent_ns = connecting.sent_ns = clock() - t0
-        if self._fresh_session is not None:
-            session = self._fresh_session
+        in_flight[index] = state
+        token = _CONNECTING.set(state)
+        state.sent_ns = clock() - state.t0
         try:
-            for attempt in range(2):
-                try:
-                    async with session.post(self._url, data=body) as resp:
-                        status = connecting.status = resp.status
-                        if status != 200:
-                            error, detail = _http_error(status, b"")  # kept if the body is cut off
-                            error, detail = _http_error(status, await resp.content.read(_ERROR_BODY_MAX))
-                        else:
-                            content_type = resp.headers.get("Content-Type", "")
-                            await _read_stream(resp.content, acc, clock, t0)
-                    break
-                except aiohttp.ClientConnectorError:
-                    raise  # no connection at all (refused, DNS): nothing stale to retry
-                except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
-                    # A pooled keep-alive connection the server had already closed (llama.cpp's
-                    # server closes after each streamed answer while announcing keep-alive): the
-                    # request never reached it, so it is sent once more on a connection of its own,
-                    # as browsers do, and so is every later request (another pooled connection may
-                    # be just as stale). The resend's cost stays inside this request's latency.
-                    if attempt or status is not None or acc.last_byte_ns is not None:
-                        raise
-                    if self._fresh_session is None:
-                        self._fresh_session = self._new_session(reuse=False)
-                    session = self._fresh_session
+            await self._exchange(session, body, state)
         except _StreamStopped:
             pass  # the accumulator holds the reason (error event or malformed stream)
-        except TimeoutError:
-            error = ErrorClass.TIMEOUT
-            phase = "before the response" if status is None else "while streaming"
-            detail = f"no complete answer within {self.target.timeout_s:g} s (timed out {phase})"
-        except aiohttp.ClientPayloadError as exc:  # the body was cut off
-            if status == 200:
-                cut = "connection reset" if "reset" in str(exc).lower() else "connection closed"
-            elif error is None:
-                error, detail = ErrorClass.PROTOCOL, f"{type(exc).__name__}: {exc}"
-        except aiohttp.ClientConnectionError as exc:
-            # Before a status line the server never answered (refused, reset, closed): connect.
-            if status is None:
-                error, detail = ErrorClass.CONNECT, describe_failure(exc)
-            elif status == 200:
-                cut = describe_failure(exc)
-            elif error is None:
-                error, detail = ErrorClass.PROTOCOL, describe_failure(exc)
-        except aiohttp.ClientError as exc:
-            error = ErrorClass.PROTOCOL
-            detail = f"{type(exc).__name__}: {exc}"
-        except OSError as exc:  # a socket error aiohttp did not wrap
-            if status is None:
-                error = ErrorClass.CONNECT
-                detail = f"{type(exc).__name__}: {exc.strerror or exc}"
-            elif status == 200:
-                cut = f"{type(exc).__name__}: {exc.strerror or exc}"
-            elif error is None:
-                error, detail = ErrorClass.PROTOCOL, f"{type(exc).__name__}: {exc.strerror or exc}"
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            self._failed(state, exc)
         finally:
             _CONNECTING.reset(token)
-            if in_flight.get(index) is connecting:
+            if in_flight.get(index) is state:
                 del in_flight[index]
-        end_ns = acc.last_byte_ns if acc.last_byte_ns is not None else clock() - t0
-        ready_ns = connecting.ready_ns
-
-        if cut is None and error is None and status == 200:
+        end_ns = acc.last_byte_ns if acc.last_byte_ns is not None else clock() - state.t0
+        if state.cut is None and state.error is None and state.status == 200:
             acc.close()  # a clean end: flush a last event without its blank line
         counts = acc.counts(self.count_tokens)
-        output_tokens = counts.output_tokens
-        if error is None and status == 200:
-            error, detail = _stream_outcome(acc, content_type, output_tokens, max_tokens, cut)
-        if detail is not None:
-            detail = _shorten(redact(detail, self._secrets))
-        return RequestRecord(
-            index=index,
-            worker=worker,
-            scheduled_ns=scheduled_ns,
-            sent_ns=sent_ns,
-            end_ns=end_ns,
-            first_token_ns=acc.first_token_ns,
-            first_reasoning_ns=acc.first_reasoning_ns,
-            chunk_ns=acc.chunk_ns,
-            chunk_tokens=counts.chunk_tokens,
-            prompt_tokens=acc.usage_prompt if acc.usage_prompt is not None else prompt_tokens,
-            output_tokens=output_tokens,
-            token_source=counts.source,
-            error=error.value if error is not None else None,
-            error_detail=detail,
-            http_status=status,
-            warmup=warmup,
-            usage_tokens=counts.usage_tokens,
-            connect_ns=ready_ns - t0 - sent_ns if ready_ns is not None else None,
-        )
+        if state.error is None and state.status == 200:
+            state.error, state.detail = _stream_outcome(acc, state.content_type, counts.output_tokens,
+                                                         max_tokens, state.cut)
+        return self._record(index, state, counts, end_ns, state.error, state.detail, acc.chunk_ns)
+
+    async def _exchange(self, session: aiohttp.ClientSession, body: bytes, state: _InFlight) -> None:
+        """POST and read the answer into ``state``; aiohttp's exceptions propagate (see ``_failed``)."""
+        if self._fresh_session is not None:
+            session = self._fresh_session
+        acc = state.acc
+        for attempt in range(2):
+            try:
+                async with session.post(self._url, data=body) as resp:
+                    status = state.status = resp.status
+                    if status != 200:
+                        state.error, state.detail = _http_error(status, b"")  # kept if the body is cut off
+                        state.error, state.detail = _http_error(status, await resp.content.read(_ERROR_BODY_MAX))
+                    else:
+                        state.content_type = resp.headers.get("Content-Type", "")
+                        await _read_stream(resp.content, acc, state.clock, state.t0)
+                return
+            except aiohttp.ClientConnectorError:
+                raise  # no connection at all (refused, DNS): nothing stale to retry
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                # A pooled keep-alive connection the server had already closed (llama.cpp's server
+                # closes after each streamed answer while announcing keep-alive): the request never
+                # reached it, so it is sent once more on a connection of its own, as browsers do, and
+                # so is every later request (another pooled connection may be just as stale). The
+                # resend's cost stays inside this request's latency.
+                if attempt or state.status is not None or acc.last_byte_ns is not None:
+                    raise
+                if self._fresh_session is None:
+                    self._fresh_session = self._new_session(reuse=False)
+                session = self._fresh_session
+
+    def _failed(self, state: _InFlight, exc: BaseException) -> None:
+        """Classify an exception from ``_exchange``: before a status line the server never answered
+        (connect); a 200 body cut off is judged with the stream (``cut``); otherwise protocol."""
+        if isinstance(exc, TimeoutError):
+            phase = "before the response" if state.status is None else "while streaming"
+            state.error = ErrorClass.TIMEOUT
+            state.detail = f"no complete answer within {self.target.timeout_s:g} s (timed out {phase})"
+            return
+        if isinstance(exc, aiohttp.ClientPayloadError):
+            cause = "connection reset" if "reset" in str(exc).lower() else "connection closed"
+        elif isinstance(exc, aiohttp.ClientConnectionError):
+            cause = describe_failure(exc)
+        elif isinstance(exc, aiohttp.ClientError):
+            state.error, state.detail = ErrorClass.PROTOCOL, f"{type(exc).__name__}: {exc}"
+            return
+        else:  # a socket error aiohttp did not wrap
+            cause = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
+        if state.status is None:
+            state.error, state.detail = ErrorClass.CONNECT, cause
+        elif state.status == 200:
+            state.cut = cause
+        elif state.error is None:
+            state.error, state.detail = ErrorClass.PROTOCOL, cause
 
     def partial_record(self, index: int, *, error: ErrorClass, detail: str) -> RequestRecord | None:
         """What request ``index``, still in flight, has streamed so far, as a failed record.
@@ -314,28 +293,34 @@ class StreamingClient:
         state = self._in_flight.get(index)
         if state is None:
             return None
+        counts = state.acc.counts(self.count_tokens)
+        # a copy: the stream may still grow until the caller's cancel lands
+        return self._record(index, state, counts, self.clock_ns() - state.t0, error, detail,
+                            list(state.acc.chunk_ns))
+
+    def _record(self, index: int, state: _InFlight, counts: TokenCounts, end_ns: int, error: ErrorClass | None,
+                detail: str | None, chunk_ns: list[int]) -> RequestRecord:
         acc = state.acc
-        counts = acc.counts(self.count_tokens)
         ready_ns = state.ready_ns
         return RequestRecord(
             index=index,
             worker=state.worker,
             scheduled_ns=state.scheduled_ns,
             sent_ns=state.sent_ns,
-            end_ns=self.clock_ns() - self.t0_ns,
+            end_ns=end_ns,
             first_token_ns=acc.first_token_ns,
             first_reasoning_ns=acc.first_reasoning_ns,
-            chunk_ns=list(acc.chunk_ns),  # the stream may still grow until the cancel lands
+            chunk_ns=chunk_ns,
             chunk_tokens=counts.chunk_tokens,
             prompt_tokens=acc.usage_prompt if acc.usage_prompt is not None else state.prompt_tokens,
             output_tokens=counts.output_tokens,
             token_source=counts.source,
-            error=error.value,
-            error_detail=_shorten(redact(detail, self._secrets)),
+            error=error.value if error is not None else None,
+            error_detail=_shorten(redact(detail, self._secrets)) if detail is not None else None,
             http_status=state.status,
             warmup=state.warmup,
             usage_tokens=counts.usage_tokens,
-            connect_ns=ready_ns - self.t0_ns - state.sent_ns if ready_ns is not None else None,
+            connect_ns=ready_ns - state.t0 - state.sent_ns if ready_ns is not None else None,
         )
 
 

@@ -139,3 +139,25 @@ def test_kv_capacity_needs_the_servers_word_when_it_reports_kv() -> None:
         levels.append(level(c, b * 100.0, dec=b * 0.5 if c >= 16 else b, peak=min(c, 28), ttft=30, tpot=10,
                             telemetry={"preemptions_delta": 0.0, "kv_usage_max": 0.3}, itl_max=200.0))
     assert diagnose(levels).constraint != "kv_capacity"
+
+
+def test_one_level_of_errors_is_named_not_sent_back_to_sweep() -> None:
+    only = level(1, 0.0, dec=0, peak=0, ttft=0, tpot=0, failed=10, errors={"http_5xx": 10})
+    v = diagnose([only])
+    assert v.constraint == "errors" and v.confidence == "high"
+
+
+def test_one_level_with_a_stalled_client_is_flagged() -> None:
+    lv = level(64, 3000.0, dec=60, peak=64, ttft=50, tpot=20)
+    lv.client = ClientHealth(cpu_pct_max=100.0, loop_lag_ms_p99=389.0)
+    assert diagnose([lv]).constraint == "load_generator"
+
+
+def test_hung_requests_are_named_in_the_verdict() -> None:
+    levels = [level(c, 100.0 * c, dec=c, peak=c, ttft=30, tpot=10) for c in (1, 2, 4)]
+    levels.append(level(8, 640.0, dec=7, peak=8, ttft=30, tpot=10, failed=1, errors={"hung": 1}))
+    levels[-1].hung = 1
+    levels[-1].num_requests = 10
+    v = diagnose(levels)
+    assert v.constraint == "errors" and "hang" in v.headline
+    assert any("hung" in e for e in v.evidence)

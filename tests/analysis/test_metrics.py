@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from plateau_bench.analysis.metrics import Window, compute_level, full_window, steady_window
@@ -107,3 +108,30 @@ def test_seed_line_format() -> None:
     line = seed_line(compute_level([a], label="C=1", mode="burst", concurrency=1))
     assert line.startswith("C=    1 | 1/1 ok (0 err) | wall=   33.1s |")
     assert "lat avg= 33.10 p50= 33.10 p99= 33.10" in line
+
+
+def test_tokens_of_failed_requests_are_not_throughput() -> None:
+    # Streams that broke halfway (reset, malformed chunk, truncated) carry tokens; none is throughput.
+    broken = [rec(i, 0, [100 + 10 * k for k in range(50)], worker=i, error=e)
+              for i, e in enumerate(["protocol", "truncated", "truncated"])]
+    lv = compute_level(broken, label="C=3", mode="burst", concurrency=3)
+    assert lv.completed == 0 and lv.failed == 3
+    assert lv.output_throughput == 0.0 and lv.peak_output_throughput == 0.0 and lv.output_tokens == 0
+    assert lv.failed_output_tokens == 150
+    ok = rec(3, 0, [100 + 10 * k for k in range(50)], worker=3)
+    mixed = compute_level([*broken, ok], label="C=4", mode="burst", concurrency=4)
+    assert mixed.output_tokens == 50 and mixed.failed_output_tokens == 150
+    assert mixed.output_throughput == pytest.approx(50 / mixed.duration_s)
+
+
+def test_every_request_sent_is_counted_once_and_hung_apart() -> None:
+    records = [rec(0, 0, [10, 20]), rec(1, 0, [], error="hung", worker=1), rec(2, 0, [], error="http_5xx", worker=2)]
+    lv = compute_level(records, label="C=3", mode="burst", concurrency=3)
+    assert lv.num_requests == lv.completed + lv.failed == 3
+    assert lv.hung == 1 and lv.errors == {"hung": 1, "http_5xx": 1}
+
+
+def test_a_refuted_usage_report_is_counted() -> None:
+    claimed = msgspec.structs.replace(rec(0, 0, [10, 20, 30]), usage_tokens=64)
+    lv = compute_level([claimed, rec(1, 0, [10, 20], worker=1)], label="C=2", mode="burst", concurrency=2)
+    assert lv.token_mismatches == 1 and lv.output_tokens == 5

@@ -77,3 +77,32 @@ def test_api_key_never_reaches_output_or_results(tmp_path: Path) -> None:
     assert secret not in output
     for f in out.iterdir():
         assert secret not in f.read_text(), f.name
+
+
+def test_results_already_in_out_are_never_replaced_silently(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    args = ["run", "--concurrency", "2", "--num-requests", "2", "--output-len", "4", "--out", str(out), "--quiet"]
+    assert invoke(*args)[0] == 0
+    before = (out / "requests.jsonl").read_bytes()
+    code, output = invoke(*args)
+    assert code == 2 and "already holds results" in output and "--overwrite" in output and "--resume" in output
+    assert (out / "requests.jsonl").read_bytes() == before
+    assert invoke(*args, "--overwrite")[0] == 0
+
+
+def test_an_empty_url_is_an_error_not_the_simulator() -> None:
+    code, output = invoke("run", "--url", "", "--concurrency", "1")
+    assert code == 2 and "--url is empty" in output
+
+
+def test_a_level_without_one_successful_request_exits_1_and_says_why(tmp_path: Path) -> None:
+    from plateau_bench.sim.embed import start_sim_server
+    from plateau_bench.sim.faults import parse_faults
+    from plateau_bench.sim.presets import get_preset
+
+    with start_sim_server(get_preset("tiny"), faults=parse_faults("http_500=1")) as twin:
+        code, output = invoke("run", "--url", twin.url, "--concurrency", "2", "--num-requests", "6",
+                              "--output-len", "4", "--quiet")
+    assert code == 1, output
+    assert "0/6 ok (6 err)" in output and "http_5xx 6" in output
+    assert "Verdict: errors / rate limiting" in output

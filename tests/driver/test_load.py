@@ -223,3 +223,66 @@ def test_health_summary_of_no_samples_is_empty() -> None:
     assert summarize_health([]) == ClientHealth()
     with pytest.raises(ValueError, match="busy_fraction"):
         HealthSampler(busy_fraction=1.0)
+
+
+class HangingSender(FakeSender):
+    """Like FakeSender, but every ``every``-th request (by index) is never answered."""
+
+    def __init__(self, t0_ns: int, service_s: float, every: int) -> None:
+        super().__init__(t0_ns, service_s)
+        self.every = every
+
+    async def send(self, *, index: int, prompt: str, prompt_tokens: int, max_tokens: int, scheduled_ns: int,
+                   worker: int = -1, warmup: bool = False) -> RequestRecord:
+        if index % self.every == self.every - 1:
+            self.in_flight += 1
+            try:
+                await asyncio.Event().wait()
+            finally:
+                self.in_flight -= 1
+        return await super().send(index=index, prompt=prompt, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
+                                  scheduled_ns=scheduled_ns, worker=worker, warmup=warmup)
+
+
+async def test_requests_still_in_flight_after_the_grace_period_are_hung_failures() -> None:
+    t0 = time.monotonic_ns()
+    sender = HangingSender(t0, 0.02, every=5)
+    progress = LoadProgress()
+    level = _level(mode="steady", concurrency=4, duration_s=0.4)
+    records = await run_level(sender, PROMPTS, level, t0_ns=t0, progress=progress, grace_min_s=0.3)
+    hung = [r for r in records if r.error == ErrorClass.HUNG]
+    assert hung and len(hung) == progress.hung
+    # Every request sent ends in exactly one record: none vanished, none was cancelled silently.
+    assert len(records) == progress.sent and progress.cancelled == 0
+    assert sorted(r.index for r in records) == list(range(progress.sent))
+    assert all(r.index % 5 == 4 for r in hung) and all(r.output_tokens == 0 for r in hung)
+    assert all("grace period" in (r.error_detail or "") for r in hung)
+    assert sender.in_flight == 0
+    # The drain began at the duration and lasted the grace period (0.3 s > 2 x the 20 ms requests).
+    assert (time.monotonic_ns() - t0) / 1e9 < 0.4 + 0.3 + 1.0
+
+
+async def test_a_burst_with_a_hung_request_ends_after_its_grace_period() -> None:
+    t0 = time.monotonic_ns()
+    sender = HangingSender(t0, 0.05, every=8)
+    records = await run_level(sender, PROMPTS, _level(mode="burst", concurrency=8), t0_ns=t0, grace_min_s=0.2)
+    assert len(records) == 8
+    assert [r.index for r in records if r.error == ErrorClass.HUNG] == [7]
+
+
+async def test_finish_drains_the_level_instead_of_cancelling() -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0, 0.05)
+    finish = asyncio.Event()
+    progress = LoadProgress()
+
+    def on_record(r: RequestRecord) -> None:
+        if progress.completed >= 6:
+            finish.set()
+
+    level = _level(mode="steady", concurrency=4, duration_s=30.0)
+    records = await run_level(sender, PROMPTS, level, t0_ns=t0, on_record=on_record, finish=finish,
+                              progress=progress)
+    assert progress.cancelled == 0 and progress.hung == 0
+    assert len(records) == progress.sent and all(r.error is None for r in records)
+    assert sender.in_flight == 0

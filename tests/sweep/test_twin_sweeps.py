@@ -124,3 +124,26 @@ def test_rate_sweep_spans_synchronous_to_maximum_and_finds_the_departure() -> No
     assert rs.departure_rate is not None and rs.departure_rate <= rs.rates[-1]
     assert [lv.mode for lv in state.levels] == ["steady", "steady"] + ["rate"] * 6
     assert summary.verdict is not None and summary.verdict.constraint == "open_loop"
+
+
+def test_resume_measures_damaged_levels_again() -> None:
+    # A crash during C=8 left a level with no successful request; C=4 before it is sound.
+    full_state, full = sweep(get_preset("tiny"), 64, 64, ConcurrencyPlan(concurrencies=(2, 4, 8, 16, 32, 64)))
+    crashed = msgspec.structs.replace(full_state.levels[2], completed=0, failed=40, level_failed=True,
+                                      output_throughput=0.0, errors={"connect": 40}, dominant_error="connect")
+    previous = [*full_state.levels[:2], crashed]
+    state, resumed = sweep(get_preset("tiny"), 64, 64, ConcurrencyPlan(concurrencies=(2, 4, 8, 16, 32, 64)),
+                           previous=previous)
+    redone = next(lv for lv in state.levels if lv.concurrency == 8)
+    assert redone.attempt == 2 and redone.completed > 0 and not redone.level_failed
+    assert sorted(lv.concurrency or 0 for lv in state.levels) == [2, 4, 8, 16, 32, 64]
+    assert resumed.verdict is not None and full.verdict is not None
+    assert resumed.verdict.constraint == full.verdict.constraint == "admission_cap"
+
+
+def test_adaptive_resume_after_a_crash_continues_instead_of_stopping() -> None:
+    full_state, _ = sweep(get_preset("tiny"), 64, 64)
+    crashed = msgspec.structs.replace(full_state.levels[3], completed=0, level_failed=True, output_throughput=0.0)
+    state, resumed = sweep(get_preset("tiny"), 64, 64, previous=[*full_state.levels[:3], crashed])
+    assert "failed" not in state.stop_reason
+    assert resumed.plateau is not None and resumed.plateau.reached

@@ -109,6 +109,7 @@ async def run_level(
     finish: asyncio.Event | None = None,
     progress: LoadProgress | None = None,
     seed: int = 0,
+    grace_min_s: float = GRACE_MIN_S,
 ) -> list[RequestRecord]:
     """Run one level and return its records (warm-up included, flagged) in completion order.
 
@@ -122,12 +123,15 @@ async def run_level(
         finish: set it to end the level early: nothing new is sent, in-flight requests drain.
         progress: live counters, updated in place.
         seed: seed of the open-loop arrival schedule.
+        grace_min_s: the shortest drain before in-flight requests are declared hung.
     """
     if not prompts:
         raise ValueError("run_level needs at least one prompt")
     level.validate()
-    return await _LevelRun(sender, prompts, level, t0_ns, clock_ns, on_record, stop, finish,
-                           progress or LoadProgress(), seed).run()
+    run = _LevelRun(sender, prompts, level, t0_ns, clock_ns, on_record, stop, finish, progress or LoadProgress(),
+                    seed)
+    run.grace_min_ns = int(grace_min_s * NS)
+    return await run.run()
 
 
 class _LevelRun:
@@ -155,6 +159,7 @@ class _LevelRun:
         self._longest_ns = 0
         self._deadline_ns: int | None = None
         self._to_send: int | None = None   # requests the current phase will send at most
+        self.grace_min_ns = int(GRACE_MIN_S * NS)
 
     def now(self) -> int:
         return self.clock_ns() - self.t0_ns
@@ -218,7 +223,7 @@ class _LevelRun:
             self.progress.draining = True
         if self._longest_ns == 0:
             return  # nothing has finished yet: no yardstick for "too long" (the client timeout bounds it)
-        grace_ns = max(GRACE_MIN_S * NS, GRACE_FACTOR * self._longest_ns)
+        grace_ns = max(self.grace_min_ns, GRACE_FACTOR * self._longest_ns)
         if now - self._drain_start_ns < grace_ns:
             return
         for index, pending in list(self._pending.items()):

@@ -19,11 +19,12 @@ import argparse
 import asyncio
 import time
 
-from plateau_bench.analysis.plateau import SearchConfig
+from plateau_bench.result import ResultFile
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.sim.runner import VirtualLevelRunner
 from plateau_bench.spec import WorkloadSpec
-from plateau_bench.sweep import SweepSpec, run_sweep, summary_dict
+from plateau_bench.sweep.loop import run_plan
+from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
 
 WORKLOADS = {"seed-a-tp8ep": (128, 512), "seed-b-fp4": (128, 128), "compute-bound": (128, 128)}
 GRID = (1, 256, 512, 768, 1024, 2048)
@@ -34,19 +35,21 @@ def dense_grid(top: int = 4096) -> tuple[int, ...]:
     return tuple(v for v in values if v <= top)
 
 
-def run(preset: str, spec: SweepSpec, steady_s: float = 60.0) -> tuple[float, dict[str, object], int]:
+def run(preset: str, plan: ConcurrencyPlan, steady_s: float = 60.0) -> tuple[float, ResultFile, int]:
     inl, outl = WORKLOADS.get(preset, (128, 128))
     runner = VirtualLevelRunner(get_preset(preset), WorkloadSpec(input_len=inl, output_len=outl), steady_s=steady_s)
-    state = asyncio.run(run_sweep(runner, spec))
-    return state.spent_s, summary_dict(state, spec), len(state.levels)
+    state, result = asyncio.run(run_plan(runner, plan))
+    return state.spent_s, result, len(state.levels)
 
 
-def fmt(summary: dict[str, object]) -> tuple[float, float, str]:
-    plateau = summary["plateau"]
-    knee = summary["knee"]
-    assert isinstance(plateau, dict) and isinstance(knee, dict)
-    bracket = knee.get("bracket") or ["-", "-"]
-    return (plateau.get("throughput") or 0.0, knee.get("concurrency") or 0.0, f"[{bracket[0]},{bracket[1]}]")
+def fmt(result: ResultFile) -> tuple[float, float, str]:
+    plateau, knee = result.plateau, result.knee
+    bracket = knee.bracket if knee else ("-", "-")
+    return (plateau.throughput if plateau else 0.0, knee.concurrency if knee else 0.0, f"[{bracket[0]},{bracket[1]}]")
+
+
+def steady(concurrencies: tuple[int, ...] | None = None) -> ConcurrencyPlan:
+    return ConcurrencyPlan(mode="steady", concurrencies=concurrencies, limits=SweepLimits(max_level_s=600))
 
 
 def main() -> None:
@@ -57,14 +60,13 @@ def main() -> None:
           f"{'knee':>7} {'bracket':>12} {'knee err':>9}")
     for preset in args.presets.split(","):
         started = time.perf_counter()
-        truth_s, truth, truth_n = run(preset, SweepSpec(mode="steady", concurrencies=dense_grid(),
-                                                         max_level_s=600), steady_s=120)
+        truth_s, truth, truth_n = run(preset, steady(dense_grid()), steady_s=120)
         t_plateau, t_knee, _ = fmt(truth)
         rows = [
-            ("dense steady (truth)", SweepSpec(mode="steady", concurrencies=dense_grid(), max_level_s=600), 120.0),
-            ("fixed grid, burst", SweepSpec(mode="burst", concurrencies=GRID), 60.0),
-            ("adaptive, steady", SweepSpec(mode="steady", max_level_s=600), 60.0),
-            ("adaptive, burst", SweepSpec(mode="burst", search=SearchConfig()), 60.0),
+            ("dense steady (truth)", steady(dense_grid()), 120.0),
+            ("fixed grid, burst", ConcurrencyPlan(mode="burst", concurrencies=GRID), 60.0),
+            ("adaptive, steady", steady(), 60.0),
+            ("adaptive, burst", ConcurrencyPlan(mode="burst"), 60.0),
         ]
         grid_s = None
         for name, spec, steady_s in rows:

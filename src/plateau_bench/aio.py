@@ -22,6 +22,16 @@ def loop_name() -> str:
     return "uvloop"
 
 
+def install_policy() -> str:
+    """Make every new event loop of the chosen kind (for code that calls ``asyncio.run`` itself)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover
+        return "asyncio"
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    return "uvloop"
+
+
 def new_event_loop() -> asyncio.AbstractEventLoop:
     """A fresh event loop of the chosen kind (for a thread or a child process)."""
     try:

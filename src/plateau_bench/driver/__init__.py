@@ -11,9 +11,7 @@ Public API:
 
 from __future__ import annotations
 
-import asyncio
-
-from plateau_bench.aio import loop_name, run
+from plateau_bench.aio import install_policy, run
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.sse import SSEParser, StreamAccumulator
 from plateau_bench.driver.target import TargetInfo, discover, tokenize_remote, wait_ready
@@ -33,8 +31,4 @@ __all__ = [
 
 def install_event_loop() -> str:
     """Make new event loops of the chosen kind (``plateau_bench.aio``). Returns the loop's name."""
-    if loop_name() == "uvloop":
-        import uvloop
-
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    return loop_name()
+    return install_policy()

@@ -35,8 +35,7 @@ from dataclasses import dataclass, field
 
 from plateau_bench.telemetry.engines import kind_of
 from plateau_bench.telemetry.samples import TelemetrySample
-
-NS = 1_000_000_000
+from plateau_bench.units import NS
 
 Point = tuple[int, float]
 

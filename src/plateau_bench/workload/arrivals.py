@@ -16,7 +16,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-NS = 1_000_000_000
+from plateau_bench.units import NS
+
 _CHUNK = 4096
 
 

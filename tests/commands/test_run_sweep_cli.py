@@ -106,3 +106,21 @@ def test_a_level_without_one_successful_request_exits_1_and_says_why(tmp_path: P
     assert code == 1, output
     assert "0/6 ok (6 err)" in output and "http_5xx 6" in output
     assert "Verdict: errors / rate limiting" in output
+
+
+def test_url_passwords_and_named_secret_headers_never_reach_output_or_results(tmp_path: Path) -> None:
+    from plateau_bench.sim.embed import start_sim_server
+    from plateau_bench.sim.presets import get_preset
+
+    secret = "hunter2-do-not-print"
+    out = tmp_path / "sweep"
+    with start_sim_server(get_preset("tiny")) as twin:
+        url = twin.url.replace("http://", f"http://alice:{secret}@")
+        code, output = invoke("sweep", "--url", url, "--concurrency", "1,2", "--max-level-time", "2s",
+                              "--min-level-time", "1s", "--output-len", "8", "--header", f"X-Tenant:{secret}",
+                              "--secret-header", "X-Tenant", "--out", str(out), "--quiet")
+    assert code == 0, output
+    assert secret not in output
+    for f in out.iterdir():
+        assert secret not in f.read_text(), f.name
+    assert "***" in (out / "result.json").read_text()

@@ -19,7 +19,7 @@ LEVEL = "Load level"
 
 def level_spec(mode: str | None, concurrency: int | None, num_requests: int | None, duration: str | None,
                rate: float | None, burstiness: float, max_concurrency: int | None, warmup: int) -> LevelSpec:
-    duration_s = parse_duration(duration) if duration else None
+    duration_s = parse_duration(duration, "--duration") if duration else None
     chosen = mode or ("rate" if rate is not None else "steady" if duration_s else "burst")
     if chosen not in ("burst", "steady", "rate"):
         raise ConfigError(f"--mode must be burst, steady or rate (got {chosen!r})")
@@ -40,6 +40,7 @@ def run_cmd(
     endpoint: o.Endpoint = "completions",
     api_key: o.ApiKey = None,
     header: o.Headers = None,
+    secret_header: o.SecretHeader = None,
     timeout: o.Timeout = "600s",
     wait_ready: o.WaitReady = None,
     metrics_url: o.MetricsUrl = None,
@@ -85,10 +86,11 @@ def run_cmd(
 
     async def main() -> None:
         async with target_url(url, preset, sim_speed) as (base_url, twin):
-            target = o.target_spec(base_url, model, endpoint, api_key, header, timeout)
+            target = o.target_spec(base_url, model, endpoint, api_key, header, timeout, secret_header)
             n = level.total_requests() or max(level.concurrency or 0, level.max_concurrency or 0, 256)
             prepared = await prepare(target, workload, n + warmup,
-                                     wait_ready_s=parse_duration(wait_ready) if wait_ready else None, twin=twin)
+                                     wait_ready_s=parse_duration(wait_ready, "--wait-ready") if wait_ready else None,
+                                     twin=twin)
             m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
             with LiveView(enabled=not quiet and not as_json) as view:
                 done = await measure_level(prepared, workload, level, out_dir=out, metrics_url=m_url,

@@ -110,7 +110,7 @@ def sim_cmd(
     if config.max_num_seqs == 0:
         raise ConfigError("--max-num-seqs 0 admits no request; use at least 1")
     levels_c = parse_int_list(concurrency, "--concurrency")
-    duration_s = parse_duration(duration) if duration else (60.0 if mode == "steady" else None)
+    duration_s = parse_duration(duration, "--duration") if duration else (60.0 if mode == "steady" else None)
     workload = WorkloadSpec(input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed)
     workload.validate()
     overrides = config.overrides_from(base)

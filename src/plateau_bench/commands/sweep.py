@@ -59,6 +59,7 @@ def sweep_cmd(
     endpoint: o.Endpoint = "completions",
     api_key: o.ApiKey = None,
     header: o.Headers = None,
+    secret_header: o.SecretHeader = None,
     timeout: o.Timeout = "600s",
     wait_ready: o.WaitReady = None,
     metrics_url: o.MetricsUrl = None,
@@ -113,10 +114,11 @@ def sweep_cmd(
     """Push the load until throughput stops growing; find the plateau and the knee; say why."""
     from plateau_bench.sweep.session import measure, metrics_url_for, out_dir_or_temp, prepare, target_url
 
-    limits = SweepLimits(precision=precision, min_level_s=parse_duration(min_level_time),
-                         max_level_s=parse_duration(max_level_time), warmup=warmup,
+    limits = SweepLimits(precision=precision, min_level_s=parse_duration(min_level_time, "--min-level-time"),
+                         max_level_s=parse_duration(max_level_time, "--max-level-time"), warmup=warmup,
                          slos=tuple(parse_slo(slo)) if slo else (),
-                         budget_s=parse_duration(budget) if budget else None, max_error_rate=max_error_rate)
+                         budget_s=parse_duration(budget, "--budget") if budget else None,
+                         max_error_rate=max_error_rate)
     plan = build_plan(concurrency, mode, rate, burstiness, start, max_concurrency, plateau_gain, limits)
     if resume is not None and isinstance(plan, RatePlan) and plan.rates is None:
         raise ConfigError("--resume continues concurrency sweeps and given rates; an auto rate sweep starts "
@@ -132,9 +134,10 @@ def sweep_cmd(
 
     async def main() -> int:
         async with target_url(url, preset, sim_speed) as (base_url, twin):
-            target = o.target_spec(base_url, model, endpoint, api_key, header, timeout)
+            target = o.target_spec(base_url, model, endpoint, api_key, header, timeout, secret_header)
             prepared = await prepare(target, workload, 2 * _widest(plan),
-                                     wait_ready_s=parse_duration(wait_ready) if wait_ready else None, twin=twin)
+                                     wait_ready_s=parse_duration(wait_ready, "--wait-ready") if wait_ready else None,
+                                     twin=twin)
             m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
             planned = len(plan.concurrencies or ()) if isinstance(plan, ConcurrencyPlan) else 8
             with LiveView(enabled=not quiet and not as_json, est_levels=planned or 12) as view:

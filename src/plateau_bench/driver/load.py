@@ -28,8 +28,8 @@ has been sent, or ``finish`` was set because the estimate is precise enough), th
 in-flight requests may finish for a grace period of ``max(GRACE_MIN_S, 2 x`` the longest request
 finished so far``)`` from the start of the drain (re-evaluated as requests finish, and not before
 one has: a burst's first wave may take a while). Whatever is still in flight then is **hung**: it
-gets a failed record of class ``hung`` (its partial tokens are unknown, so none are counted) and is
-cancelled. So every request sent ends as ok, failed or hung, and none vanishes.
+gets a failed record of class ``hung`` (with the tokens it streamed so far when the sender can tell,
+as the HTTP client can) and is cancelled. So every request sent ends as ok, failed or hung, and none vanishes.
 
 Aborting: setting ``stop`` (the target is gone) ends the level at once: nothing new is sent,
 in-flight requests are cancelled and counted in ``progress.cancelled`` (they are not measurements).
@@ -46,7 +46,7 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from plateau_bench.errors import ErrorClass
 from plateau_bench.records import RequestRecord
@@ -67,6 +67,13 @@ class Sender(Protocol):
 
     async def send(self, *, index: int, prompt: str, prompt_tokens: int, max_tokens: int, scheduled_ns: int,
                    worker: int = -1, warmup: bool = False) -> RequestRecord: ...
+
+
+@runtime_checkable
+class PartialRecords(Protocol):
+    """A sender that can say what a request still in flight has streamed so far (the HTTP client)."""
+
+    def partial_record(self, index: int, *, error: ErrorClass, detail: str) -> RequestRecord | None: ...
 
 
 @dataclass
@@ -233,10 +240,13 @@ class _LevelRun:
         self._hung.add(index)
         self.progress.hung += 1
         age_s = (now - pending.sent_ns) / NS
-        self._deliver(RequestRecord(
+        detail = f"no answer {age_s:.1f} s after it was sent (still in flight after the grace period)"
+        # What it streamed so far, when the sender knows (tokens of a failed request are kept apart).
+        partial = (self.sender.partial_record(index, error=ErrorClass.HUNG, detail=detail)
+                   if isinstance(self.sender, PartialRecords) else None)
+        self._deliver(partial or RequestRecord(
             index=index, worker=pending.worker, scheduled_ns=pending.scheduled_ns, sent_ns=pending.sent_ns,
-            end_ns=now, prompt_tokens=pending.prompt_tokens, error=ErrorClass.HUNG,
-            error_detail=f"no answer {age_s:.1f} s after it was sent (still in flight after the grace period)",
+            end_ns=now, prompt_tokens=pending.prompt_tokens, error=ErrorClass.HUNG, error_detail=detail,
             warmup=pending.warmup))
         if pending.task is not None:
             pending.task.cancel()

@@ -55,6 +55,9 @@ class _TrackingSender:
             if self.progress is not None:
                 self.progress.in_flight = len(self.in_flight)
 
+    def partial_record(self, index: int, *, error: ErrorClass, detail: str) -> RequestRecord | None:
+        return self.client.partial_record(index, error=error, detail=detail)
+
     def complete_until_ns(self) -> int:
         now = time.monotonic_ns() - self.client.t0_ns
         return min(self.in_flight.values(), default=now)

@@ -13,6 +13,7 @@ rate, SLO). So a resumed sweep of any kind continues from its saved levels.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -120,7 +121,7 @@ class RatePlan:
 
     def validate(self) -> None:
         self.limits.validate(True)
-        if self.burstiness <= 0:
+        if not 0 < self.burstiness < math.inf:
             raise ConfigError(f"--burstiness must be > 0 (got {self.burstiness})")
 
     def settings(self) -> SweepSettings:

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from plateau_bench.errors import ScrapeError
+from plateau_bench.spec import redact_url
 from plateau_bench.telemetry.engines import (
     CANONICAL,
     EngineMap,
@@ -104,6 +105,11 @@ class TelemetryScraper:
             exceptions are counted, never raised.
     """
 
+    @property
+    def shown_url(self) -> str:
+        """The metrics URL as it may appear in messages: credentials redacted."""
+        return redact_url(self.metrics_url)
+
     def __init__(
         self,
         metrics_url: str,
@@ -160,7 +166,7 @@ class TelemetryScraper:
     def raise_if_unavailable(self) -> None:
         """For an explicitly requested metrics URL: raise ScrapeError when it never answered usefully."""
         if self.available is False:
-            raise ScrapeError(f"--metrics-url {self.metrics_url} is unusable: {self.last_error}")
+            raise ScrapeError(f"--metrics-url {self.shown_url} is unusable: {self.last_error}")
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self, *, wait_first: bool = False) -> None:
@@ -238,16 +244,16 @@ class TelemetryScraper:
                 return self._fail(_describe(exc, self.metrics_url, timeout_s))
             t_recv = self._clock_ns()
             if status != 200:
-                return self._fail(f"HTTP {status} from {self.metrics_url}")
+                return self._fail(f"HTTP {status} from {self.shown_url}")
             text = body.decode("utf-8", errors="replace")
             try:
                 index = parse_exposition(text)
             except ValueError as exc:
-                return self._fail(f"{self.metrics_url} is not Prometheus text format: {exc}")
+                return self._fail(f"{self.shown_url} is not Prometheus text format: {exc}")
             if self._engine is None:
                 self._engine = detect_engine(index, hint=engine_names_present(text))
                 if self._engine is None:
-                    return self._fail(f"{self.metrics_url} shows no vLLM, SGLang, llama.cpp or TGI metrics")
+                    return self._fail(f"{self.shown_url} shows no vLLM, SGLang, llama.cpp or TGI metrics")
                 await self._read_info(self._engine)
             values, raw = extract(self._engine, index)
             for key, v in self.static.items():

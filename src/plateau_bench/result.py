@@ -87,6 +87,30 @@ class ServerTelemetry(msgspec.Struct, frozen=True, kw_only=True):
     raw: dict[str, float] = msgspec.field(default_factory=dict)
 
 
+class GpuMetrics(msgspec.Struct, frozen=True, kw_only=True):
+    """GPU figures over a level's window from DCGM exporters (``--gpu-metrics-url``, one per node).
+
+    Means over the window and over the GPUs seen; shares are 0..1. ``power_share`` is power over the
+    power limit. Throughputs are bytes per second summed over the GPUs.
+    """
+
+    gpus: int = 0
+    nodes: int = 0
+    power_w_mean: float | None = None
+    power_limit_w: float | None = None
+    power_share: float | None = None
+    sm_active: float | None = None          # DCGM_FI_PROF_SM_ACTIVE
+    sm_occupancy: float | None = None       # DCGM_FI_PROF_SM_OCCUPANCY
+    tensor_active: float | None = None      # DCGM_FI_PROF_PIPE_TENSOR_ACTIVE
+    dram_active: float | None = None        # DCGM_FI_PROF_DRAM_ACTIVE (memory bandwidth share)
+    gpu_util: float | None = None           # DCGM_FI_DEV_GPU_UTIL / 100
+    fb_used_share: float | None = None      # framebuffer used / (used + free)
+    pcie_bytes_per_s: float | None = None   # DCGM_FI_PROF_PCIE_TX_BYTES + RX
+    nvlink_bytes_per_s: float | None = None  # DCGM_FI_PROF_NVLINK_TX_BYTES + RX
+    samples: int = 0
+    raw: dict[str, float] = msgspec.field(default_factory=dict)
+
+
 class SimLevelInfo(msgspec.Struct, frozen=True, kw_only=True):
     """What the simulated engine itself recorded for a level run in virtual time."""
 
@@ -143,6 +167,7 @@ class LevelResult(msgspec.Struct, kw_only=True):
     telemetry: ServerTelemetry = msgspec.field(default_factory=ServerTelemetry)
     client: ClientHealth = msgspec.field(default_factory=ClientHealth)
     gpu_note: str | None = None              # why local GPU telemetry is absent
+    gpu_metrics: GpuMetrics | None = None    # DCGM exporters, when --gpu-metrics-url was given
     benchmark_s: float | None = None         # seconds of load spent (virtual time for the twin)
     sim: SimLevelInfo | None = None
 
@@ -164,7 +189,7 @@ class Knee(msgspec.Struct, frozen=True):
 class Verdict(msgspec.Struct):
     """Why throughput stopped growing: the binding constraint, its evidence, what to try."""
 
-    constraint: str    # load_generator | errors | admission_cap | kv_capacity | compute | not_saturated | ...
+    constraint: str    # load_generator | errors | admission_cap | kv_capacity | prefill | compute | not_saturated | ...
     headline: str
     confidence: Confidence
     evidence: list[str] = msgspec.field(default_factory=list)
@@ -172,6 +197,10 @@ class Verdict(msgspec.Struct):
     suggestions: list[str] = msgspec.field(default_factory=list)
     estimated_cap: int | None = None
     predicted_throughput_doubled_cap: float | None = None
+    secondary: str | None = None                  # a second constraint that binds too (same vocabulary)
+    secondary_evidence: list[str] = msgspec.field(default_factory=list)
+    to_separate: list[str] = msgspec.field(default_factory=list)   # measurements that would tell them apart
+    gpu_evidence: list[str] = msgspec.field(default_factory=list)  # what the GPUs showed (DCGM, NVML)
 
 
 class SloSummary(msgspec.Struct, frozen=True, kw_only=True):

@@ -7,6 +7,8 @@ server keep up with thousands of streams; it is a dependency except on Windows.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -45,3 +47,31 @@ def run(main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run`` on the chosen loop."""
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return runner.run(main)
+
+
+_terminated = False
+
+
+def treat_sigterm_as_interrupt() -> None:
+    """SIGTERM ends a run like Ctrl-C: finished levels saved, children stopped, the resume hint printed.
+
+    The signal is relayed as SIGINT, which ``asyncio.Runner`` turns into a cancellation of the main
+    task (so every ``finally`` runs), then into ``KeyboardInterrupt``; ``terminated()`` tells the two apart.
+    """
+
+    def relay(signum: int, frame: object) -> None:
+        global _terminated
+        _terminated = True
+        os.kill(os.getpid(), signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, relay)
+
+
+def terminated() -> bool:
+    """Whether the interrupt being handled came from SIGTERM."""
+    return _terminated
+
+
+def interrupted_exit_code() -> int:
+    """The conventional exit status of the interrupt being handled: 128 + the signal number."""
+    return 128 + (signal.SIGTERM if _terminated else signal.SIGINT)

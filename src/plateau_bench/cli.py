@@ -2,8 +2,8 @@
 
 Each group of commands lives in ``plateau_bench.commands.<name>`` and registers itself on the
 one Typer app. Every ``PlateauError`` becomes one line on stderr and exit code 2 (in ``_Commands``, the
-one place that catches it); Ctrl-C exits 130 after the result files have been flushed by the command
-that was running.
+one place that catches it); Ctrl-C exits 130 and SIGTERM 143, both after the result files have been
+flushed by the command that was running.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from plateau_bench.aio import interrupted_exit_code, treat_sigterm_as_interrupt
 from plateau_bench.errors import PlateauError
 
 
@@ -45,8 +46,9 @@ for _name in _COMMAND_MODULES:
 
 
 def main(argv: list[str] | None = None) -> None:
+    treat_sigterm_as_interrupt()
     try:
         app(args=argv, prog_name="plateau", standalone_mode=True)
     except KeyboardInterrupt:
         print("plateau: interrupted; finished levels are saved", file=sys.stderr)
-        raise SystemExit(130) from None
+        raise SystemExit(interrupted_exit_code()) from None

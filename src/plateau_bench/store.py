@@ -164,8 +164,19 @@ class ResultWriter:
         self.flush()
 
     def flush(self) -> None:
-        self._flush_streams()
+        """Write result.json, and the request and telemetry lines buffered so far.
+
+        result.json is written even when the streams cannot be (a full disk that still takes a small
+        file): a finished level's figures are kept whenever the disk allows.
+        """
+        stream_error: ResultsError | None = None
+        try:
+            self._flush_streams()
+        except ResultsError as exc:
+            stream_error = exc
         _atomic_write(self.dir / RESULT_FILE, msgspec.json.format(_encoder.encode(self.result), indent=2))
+        if stream_error is not None:
+            raise stream_error
 
     def close(self) -> None:
         for fh in (self._requests, self._telemetry):

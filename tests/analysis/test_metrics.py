@@ -135,3 +135,14 @@ def test_a_refuted_usage_report_is_counted() -> None:
     claimed = msgspec.structs.replace(rec(0, 0, [10, 20, 30]), usage_tokens=64)
     lv = compute_level([claimed, rec(1, 0, [10, 20], worker=1)], label="C=2", mode="burst", concurrency=2)
     assert lv.token_mismatches == 1 and lv.output_tokens == 5
+
+
+def test_slow_connects_are_noted_on_the_level() -> None:
+    from plateau_bench.analysis.level import build_level
+    from plateau_bench.level_run import LevelRun
+    from plateau_bench.spec import LevelSpec
+
+    slow = [msgspec.structs.replace(rec(i, 0, [3000, 3010], worker=i), connect_ns=3000 * MS) for i in range(4)]
+    level = build_level(LevelRun(level=LevelSpec(mode="burst", concurrency=4), label="C=4", records=slow))
+    assert level.connect_ms.p99 == pytest.approx(3000.0)
+    assert any("slow to open" in n for n in level.notes)

@@ -163,3 +163,32 @@ def test_ctrl_c_keeps_finished_levels_and_resume_continues(tmp_path: Path) -> No
     for lv in levels:
         assert len(kept_records[lv["label"]]) == lv["num_requests"]
     assert summary["verdict"]["constraint"] == "admission_cap"  # type: ignore[index]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_ends_the_sweep_and_its_twin_within_2_s(tmp_path: Path, sig: signal.Signals, code: int) -> None:
+    import psutil
+
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "plateau_bench", "sweep", "--out", str(out), *FAST,
+            "--concurrency", "2,4,8,16,32,64"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (
+            (out / "result.json").exists() and len(load_summary(out)["levels"]) >= 2):  # type: ignore[arg-type]
+        time.sleep(0.1)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children, "the embedded twin runs as a child process"
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 2.0
+    assert proc.returncode == code, err
+    assert b"--resume" in err
+    gone_by = time.monotonic() + 2.0
+    while time.monotonic() < gone_by and any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+                                             for c in children):
+        time.sleep(0.05)
+    assert not [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    assert len(load_summary(out)["levels"]) >= 2  # type: ignore[arg-type]

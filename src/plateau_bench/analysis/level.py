@@ -41,8 +41,15 @@ def _telemetry(run: LevelRun, window: Window) -> ServerTelemetry:
     return server_telemetry(values, engine)
 
 
+SLOW_CONNECT_MS = 1000.0   # a listen-backlog overflow costs SYN retries of 1, 3, 7 ... s
+
+
 def _notes(run: LevelRun, result: LevelResult) -> list[str]:
     notes = list(run.notes)
+    if (result.connect_ms.p99 or 0.0) >= SLOW_CONNECT_MS:
+        notes.append(f"connections were slow to open: p99 {(result.connect_ms.p99 or 0.0) / 1000:.1f} s, max "
+                     f"{(result.connect_ms.max or 0.0) / 1000:.1f} s (a full listen backlog or connection limit: "
+                     "this time is inside TTFT)")
     if result.hung:
         notes.append(f"{result.hung} request(s) still unanswered after the level's grace period: counted as "
                      "hung failures")

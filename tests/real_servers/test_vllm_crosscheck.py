@@ -8,8 +8,8 @@ request, averaged over requests, so the figures should agree up to measurement n
 
 The noise is real on a small shared machine: one burst of either tool can differ from the next by
 tens of percent. So each tool runs ROUNDS times, alternating, and the medians are compared with a
-tolerance of 10 % or the tools' own run-to-run spread, whichever is larger. Every figure is printed
-so a reader can see where a difference comes from.
+tolerance of 10 % or the tools' own run-to-run spread, whichever is larger, but never more than
+MAX_TOLERANCE (25 %). Every figure is printed so a reader can see where a difference comes from.
 """
 
 from __future__ import annotations
@@ -36,6 +36,12 @@ INPUT_LEN = 32
 OUTPUT_LEN = 64
 ROUNDS = 3
 TOLERANCE = 0.10
+# The spread of three runs has no bound on a shared machine (one disturbed run makes it tens of
+# percent), and a tolerance that follows it lets any difference pass. With the server on its own cores
+# (conftest) three rounds of each tool spread 2-6 % and the medians differ by 6-7 % (measured on the
+# 2-core machine), so 25 % leaves room for a noisy run while a gross disagreement still fails: the
+# tools measuring different things (another window or denominator, chunks counted instead of tokens).
+MAX_TOLERANCE = 0.25
 
 VllmBench = Callable[[Sequence[str]], subprocess.CompletedProcess[str]]
 
@@ -90,7 +96,7 @@ def test_throughput_and_tpot_agree_with_vllm_bench_serve(
     for key in ("output_tok_s", "mean_tpot_ms"):
         ours = [run[key] for run in plateau_runs]
         theirs = [run[key] for run in vllm_runs]
-        tolerance = max(TOLERANCE, _spread(ours), _spread(theirs))
+        tolerance = min(max(TOLERANCE, _spread(ours), _spread(theirs)), MAX_TOLERANCE)
         difference = abs(statistics.median(ours) - statistics.median(theirs)) / statistics.median(theirs)
         print(
             f"{key}: vllm bench serve {[round(v, 2) for v in theirs]} (median {statistics.median(theirs):.2f}); "

@@ -23,6 +23,9 @@ class Committer(EngineCore):
 
     def _commit(self, plan: StepPlan) -> None:
         self.now = end = plan.t_start + plan.dt
+        probe = self.probe
+        if probe is not None:
+            probe.on_step(self, plan, len(self._running))
         n = plan.n_decode
         if n:
             k = plan.k

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import deque
 
 from plateau_bench.sim.config import EngineConfig
+from plateau_bench.sim.probe import Probe
 from plateau_bench.sim.request import FinishCallback, SimRequest, StepPlan, StepRecord
 
 
@@ -26,10 +27,11 @@ class EngineCore:
     jump = True
 
     def __init__(self, config: EngineConfig, *, chunks: bool = False, trace: bool = False,
-                 on_finish: FinishCallback | None = None) -> None:
+                 on_finish: FinishCallback | None = None, probe: Probe | None = None) -> None:
         config.validate()
         self.config = config
         self.on_finish = on_finish
+        self.probe = probe
         self.chunks = chunks
         self.trace: list[StepRecord] | None = [] if trace else None
         self.now = 0.0
@@ -63,3 +65,7 @@ class EngineCore:
         self.preemptions = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+
+    def _counts(self) -> tuple[int, int]:
+        """Running and waiting requests (waiting includes arrivals not yet pulled), as /metrics shows them."""
+        return len(self._running), len(self._waiting) + len(self._pending)

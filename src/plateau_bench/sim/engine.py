@@ -62,8 +62,9 @@ _INF = float("inf")
 class Engine(Scheduler, Committer):
     """See the module docstring. ``on_finish`` is called once per request when it ends.
 
-    ``Engine(config, *, chunks=False, trace=False, on_finish=None)``: ``chunks`` keeps every token's
-    time on its request, ``trace`` keeps a ``StepRecord`` per step (both cost speed).
+    ``Engine(config, *, chunks=False, trace=False, on_finish=None, probe=None)``: ``chunks`` keeps every
+    token's time on its request, ``trace`` keeps a ``StepRecord`` per step (both cost speed), ``probe``
+    (``sim.probe.Probe``) records what kept waiting requests out, step by step.
     """
 
     # -- public API ---------------------------------------------------------------------

@@ -29,6 +29,7 @@ from plateau_bench.errors import ErrorClass
 from plateau_bench.records import TOKEN_SOURCE_SIM, RequestRecord
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.engine import Engine, EngineState, RequestRejected, SimRequest, StepRecord
+from plateau_bench.sim.probe import Probe
 from plateau_bench.spec import LevelSpec, WorkloadSpec
 from plateau_bench.units import NS
 from plateau_bench.workload.arrivals import iter_arrival_offsets_ns
@@ -42,6 +43,7 @@ class SimResult(NamedTuple):
     records: list[RequestRecord]
     trace: list[StepRecord] | None
     state: EngineState
+    probe: Probe | None = None     # the engine's own record of what limited it (see ``probe``)
 
 
 class _Lengths:
@@ -74,8 +76,8 @@ class _Lengths:
 
 class _Driver:
     def __init__(self, config: EngineConfig, level: LevelSpec, workload: WorkloadSpec, *, chunks: bool,
-                 trace: bool, lengths: Sequence[tuple[int, int]] | None) -> None:
-        self.engine = Engine(config, chunks=chunks, trace=trace, on_finish=self._finished)
+                 trace: bool, lengths: Sequence[tuple[int, int]] | None, probe: Probe | None = None) -> None:
+        self.engine = Engine(config, chunks=chunks, trace=trace, on_finish=self._finished, probe=probe)
         self.level = level
         self.lengths = _Lengths(workload, lengths)
         self.records: list[RequestRecord | None] = []
@@ -227,12 +229,15 @@ def simulate_level(
     chunks: bool = False,
     trace: bool = False,
     lengths: Sequence[tuple[int, int]] | None = None,
+    probe: Probe | None = None,
 ) -> SimResult:
     """Run one level through a fresh engine; records are in send order.
 
     Args:
         lengths: explicit (prompt, output) token lengths, used in order and cycled; by default they
             are drawn from ``workload`` (``input_len``/``output_len``/``range_ratio``/``seed``).
+        probe: records what limited the engine step by step (``sim.probe``); the records are the
+            same with or without it.
     """
     level.validate()
     workload.validate()
@@ -242,11 +247,15 @@ def simulate_level(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        driver = _Driver(config, level, workload, chunks=chunks, trace=trace, lengths=lengths)
+        driver = _Driver(config, level, workload, chunks=chunks, trace=trace, lengths=lengths, probe=probe)
+        if probe is not None:
+            probe.snapshot(driver.engine)
         driver.run()
         engine = driver.engine
         engine.on_finish = None
-        return SimResult(driver.build_records(), engine.trace, engine.state())
+        if probe is not None:
+            probe.snapshot(engine)
+        return SimResult(driver.build_records(), engine.trace, engine.state(), probe)
     finally:
         if gc_was_enabled:
             gc.enable()

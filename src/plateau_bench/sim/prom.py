@@ -6,6 +6,20 @@ once per finished request. Latency histograms are in wall-clock seconds (virtual
 the speed-up), so they compare directly with what a client measures. Inter-token latency is the
 request's mean gap, counted once per gap (``output_tokens - 1`` times), since the engine does
 not keep per-token times in its fast mode.
+
+Besides vLLM's names, the twin publishes its own ground truth (what a real engine does not say), in
+wall-clock seconds like the histograms:
+
+* ``plateau:admission_blocked_seconds_total{reason}``: time during which waiting requests were kept
+  out, by what kept them out: ``cap`` (max-num-seqs requests running), ``kv`` (the next request's
+  blocks did not fit), ``budget`` (the step's token budget was spent), ``preempted`` (the step had to
+  evict running requests to find blocks), ``none`` (nobody was waiting);
+* ``plateau:engine_busy_seconds_total``: time spent running steps;
+* ``plateau:prefill_seconds_total``: the part of it spent on prompt tokens (and their attention).
+
+Their rates over a window divided by one another give the shares ``sim.probe.window`` computes in
+virtual time, e.g. ``rate(plateau:admission_blocked_seconds_total{reason="kv"}[1m])`` is the share of
+the time the KV cache held admission back.
 """
 
 from __future__ import annotations
@@ -18,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from plateau_bench.sim.engine import EngineState
+from plateau_bench.sim.probe import REASONS, Probe
 
 # vLLM's bucket boundaries for these two histograms.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
@@ -50,12 +65,15 @@ class WeightedHistogram:
 
 class _EngineCollector(Collector):
     def __init__(self, model_name: str, state: Callable[[], EngineState],
-                 ttft: WeightedHistogram, itl: WeightedHistogram) -> None:
+                 ttft: WeightedHistogram, itl: WeightedHistogram, probe: Probe | None = None,
+                 speed: float = 1.0) -> None:
         self._labels = ["model_name", "engine"]
         self._values = [model_name, "0"]
         self._state = state
         self._ttft = ttft
         self._itl = itl
+        self._probe = probe
+        self._speed = speed
 
     def collect(self) -> Iterator[Metric]:
         s = self._state()
@@ -89,16 +107,35 @@ class _EngineCollector(Collector):
             h = HistogramMetricFamily(name, doc, labels=labels)
             h.add_metric(values, hist.cumulative(), hist.total)
             yield h
+        if self._probe is not None:
+            yield from self._ground_truth(self._probe)
+
+    def _ground_truth(self, probe: Probe) -> Iterator[Metric]:
+        """The twin's own record of what limited it (see the module docstring), in wall-clock seconds."""
+        blocked = CounterMetricFamily("plateau:admission_blocked_seconds",
+                                      "Seconds waiting requests were kept out, by what kept them out.",
+                                      labels=[*self._labels, "reason"])
+        for reason, seconds in zip(REASONS, probe.blocked_s, strict=True):
+            blocked.add_metric([*self._values, reason], seconds / self._speed)
+        yield blocked
+        for name, doc, seconds in (
+            ("plateau:engine_busy_seconds", "Seconds spent running engine steps.", probe.busy_s),
+            ("plateau:prefill_seconds", "Seconds of step time spent on prompt tokens.", probe.prefill_s),
+        ):
+            c = CounterMetricFamily(name, doc, labels=self._labels)
+            c.add_metric(self._values, seconds / self._speed)
+            yield c
 
 
 class SimMetrics:
     """The registry of one server instance."""
 
-    def __init__(self, model_name: str, state: Callable[[], EngineState]) -> None:
+    def __init__(self, model_name: str, state: Callable[[], EngineState], *, probe: Probe | None = None,
+                 speed: float = 1.0) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.ttft = WeightedHistogram(TTFT_BUCKETS)
         self.itl = WeightedHistogram(ITL_BUCKETS)
-        self.registry.register(_EngineCollector(model_name, state, self.ttft, self.itl))
+        self.registry.register(_EngineCollector(model_name, state, self.ttft, self.itl, probe, speed))
 
     def observe_request(self, ttft_s: float, itl_s: float | None, gaps: int) -> None:
         self.ttft.observe(ttft_s)

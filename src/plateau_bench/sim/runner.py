@@ -23,7 +23,9 @@ from plateau_bench.level_run import LevelRun, StopRule
 from plateau_bench.records import RequestRecord
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.level import simulate_level
+from plateau_bench.sim.probe import Probe, server_samples
 from plateau_bench.spec import LevelSpec, WorkloadSpec
+from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.units import NS
 
 
@@ -53,9 +55,20 @@ def replay_precision(records: list[RequestRecord], rule: StopRule, workers: int,
 
 
 class VirtualLevelRunner:
+    """Levels in virtual time. ``metrics``: each level carries the server telemetry a ``/metrics``
+    scrape every ``scrape_s`` would give (vLLM's names: running, waiting, KV usage, preemptions,
+    token counters); ``probe``: keep each level's ``sim.probe.Probe`` in ``probes`` by label (the
+    engine's own record of what limited it). Neither changes the records."""
+
     def __init__(self, config: EngineConfig, workload: WorkloadSpec, *, steady_s: float = 30.0,
-                 chunks: bool = False, check_s: float = 1.0) -> None:
+                 chunks: bool = False, check_s: float = 1.0, metrics: bool = False, probe: bool = False,
+                 scrape_s: float = 0.5, probe_s: float = 0.1) -> None:
         self.config = config
+        self.metrics = metrics
+        self.keep_probes = probe
+        self.scrape_s = scrape_s
+        self.probe_s = probe_s
+        self.probes: dict[str, Probe] = {}
         self.workload = workload
         self.steady_s = steady_s
         self.chunks = chunks
@@ -66,7 +79,8 @@ class VirtualLevelRunner:
     async def run_level(self, level: LevelSpec, *, label: str, on_record: Callable[[RequestRecord], None] | None,
                         stop_rule: StopRule | None) -> LevelRun:
         level = self._sized(level, stop_rule)
-        result = simulate_level(self.config, level, self.workload, chunks=self.chunks)
+        probe = Probe(min(self.probe_s, self.scrape_s)) if self.metrics or self.keep_probes else None
+        result = simulate_level(self.config, level, self.workload, chunks=self.chunks, probe=probe)
         records = result.records
         cut_s: float | None = None
         if level.mode != "burst" and stop_rule is not None:
@@ -79,8 +93,16 @@ class VirtualLevelRunner:
         spent = _spent_s(records)
         self.virtual_seconds += spent
         self._remember(level, records)
+        samples: list[TelemetrySample] = []
+        if probe is not None:
+            if self.keep_probes:
+                self.probes[label] = probe
+            if self.metrics:
+                samples = server_samples(probe.snapshots, self.config.kv_tokens // self.config.block_size
+                                         * self.config.block_size, interval_s=self.scrape_s)
         return LevelRun(level=level, label=label, records=records, benchmark_s=spent,
-                        sim_preemptions=result.state.preemptions, sim_virtual_end_s=result.state.now)
+                        sim_preemptions=result.state.preemptions, sim_virtual_end_s=result.state.now,
+                        server_samples=samples, engine="vllm" if self.metrics else None)
 
     def _sized(self, level: LevelSpec, stop_rule: StopRule | None) -> LevelSpec:
         """The level with the duration it is simulated for."""

@@ -145,6 +145,6 @@ class PlateauCli:
         return load_summary(out)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")  # stateless; session scope lets module fixtures (one sweep, several tests) use it
 def plateau_cli() -> PlateauCli:
     return PlateauCli()

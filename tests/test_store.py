@@ -28,7 +28,7 @@ def _record(index: int) -> RequestRecord:
 def test_an_existing_result_directory_is_refused_unless_asked(tmp_path: Path) -> None:
     with ResultWriter(tmp_path, ResultFile(kind="run")):
         pass
-    with pytest.raises(ConfigError, match="already holds results.*--resume.*--overwrite"):
+    with pytest.raises(ConfigError, match=r"already holds results.*--resume.*--overwrite"):
         ResultWriter(tmp_path, ResultFile(kind="run"))
     with ResultWriter(tmp_path, ResultFile(kind="run"), existing="overwrite"):
         pass

@@ -79,6 +79,7 @@ def test_api_key_never_reaches_output_or_results(tmp_path: Path) -> None:
         assert secret not in f.read_text(), f.name
 
 
+@pytest.mark.slow
 def test_results_already_in_out_are_never_replaced_silently(tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = ["run", "--concurrency", "2", "--num-requests", "2", "--output-len", "4", "--out", str(out), "--quiet"]
@@ -108,6 +109,7 @@ def test_a_level_without_one_successful_request_exits_1_and_says_why(tmp_path: P
     assert "Verdict: errors / rate limiting" in output
 
 
+@pytest.mark.slow
 def test_url_passwords_and_named_secret_headers_never_reach_output_or_results(tmp_path: Path) -> None:
     from plateau_bench.sim.embed import start_sim_server
     from plateau_bench.sim.presets import get_preset

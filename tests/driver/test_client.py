@@ -58,6 +58,7 @@ async def send_one(spec: TargetSpec, max_tokens: int = 8, **client_kw: object) -
 # --- timing -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 async def test_chunk_times_match_the_servers_send_times(server: ScriptedServer, endpoint: str) -> None:
     """TTFT and ITL means within 2 ms of what the server did (its own timestamps, same clock).
@@ -413,6 +414,7 @@ async def test_connection_refused(refused_url: str) -> None:
     assert record.http_status is None and record.first_token_ns is None
 
 
+@pytest.mark.slow
 async def test_timeout_before_the_first_token(server: ScriptedServer) -> None:
     server.plan.ttft_s = 1.0
     record = await send_one(target(server.url, timeout_s=0.2))

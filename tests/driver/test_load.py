@@ -244,6 +244,7 @@ class HangingSender(FakeSender):
                                   scheduled_ns=scheduled_ns, worker=worker, warmup=warmup)
 
 
+@pytest.mark.slow
 async def test_requests_still_in_flight_after_the_grace_period_are_hung_failures() -> None:
     t0 = time.monotonic_ns()
     sender = HangingSender(t0, 0.02, every=5)

@@ -21,6 +21,7 @@ def run_cli(args: list[str]) -> int:
     return 0
 
 
+@pytest.mark.slow
 def test_html_png_and_tables(make_sweep: SweepFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, b = make_sweep("tp4", [1, 4]), make_sweep("tp8ep", [1, 4, 16])
     assert run_cli(["report", str(a), str(b), "--html", str(tmp_path / "out" / "both.html"),

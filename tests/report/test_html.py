@@ -14,6 +14,7 @@ SweepFactory = Callable[..., Path]
 MAIN_PLOTS = 3
 
 
+@pytest.mark.slow
 def test_one_svg_per_plot_and_level(make_sweep: SweepFactory, tmp_path: Path) -> None:
     out = write_html([make_sweep("tp8ep", [1, 4, 16, 64, 128])], tmp_path / "report.html")
     page = out.read_text()
@@ -39,6 +40,7 @@ def test_page_is_self_contained(make_sweep: SweepFactory, tmp_path: Path) -> Non
     assert len(ids) == len(set(ids)), "several SVGs on one page must not share ids"
 
 
+@pytest.mark.slow
 def test_several_runs_are_overlaid_and_workload_differences_stated(make_sweep: SweepFactory,
                                                                     tmp_path: Path) -> None:
     a = make_sweep("tp4", [1, 4, 16], output_len=128, telemetry=False, verdict=False)
@@ -59,6 +61,7 @@ def test_same_workload_states_no_difference(make_sweep: SweepFactory) -> None:
     assert "different workloads" not in render_html(runs)
 
 
+@pytest.mark.slow
 def test_burst_levels_are_labelled(make_sweep: SweepFactory) -> None:
     page = render_html(load_runs([make_sweep("b", [1, 16, 128], mode="burst")]))
     assert page.count('<span class="tag">burst</span>') == 3
@@ -82,6 +85,7 @@ def test_server_telemetry_is_drawn_when_present(make_sweep: SweepFactory) -> Non
     assert ">KV usage %</text>" not in without
 
 
+@pytest.mark.slow
 def test_ten_level_report_stays_small(make_sweep: SweepFactory, tmp_path: Path) -> None:
     d = make_sweep("big", [2 ** k for k in range(10)], per_worker=8)
     assert len((d / "requests.jsonl").read_bytes().splitlines()) == 8 * (2 ** 10 - 1)

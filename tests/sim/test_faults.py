@@ -123,6 +123,7 @@ async def _settled(server: SimServer) -> None:
     assert (len(server._streams), state.running, state.waiting, state.kv_blocks_used) == (0, 0, 0, 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("faulty", [_only("hang")], indirect=True)
 async def test_hang_sends_headers_then_nothing_until_the_client_leaves(faulty: SimServerHandle) -> None:
     async with aiohttp.ClientSession() as session:
@@ -233,6 +234,7 @@ async def _outcome(session: aiohttp.ClientSession, url: str, max_tokens: int) ->
     return "done" if raw.endswith(b"data: [DONE]\n\n") else "truncated"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("faulty", [MIXED], indirect=True)
 async def test_faulty_requests_leave_the_engine_accounting_clean(faulty: SimServerHandle) -> None:
     async with aiohttp.ClientSession() as session:

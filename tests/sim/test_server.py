@@ -108,6 +108,7 @@ async def test_requests_that_can_never_run_are_rejected_not_hung(config: EngineC
     assert status == 400 and msgspec.json.decode(raw)["error"]["type"] == "BadRequestError"
 
 
+@pytest.mark.slow
 async def test_metrics_show_the_cap_and_parse_back() -> None:
     config = TINY.with_overrides(max_num_seqs=4)
     with start_sim_server(config, in_process=True) as handle:

@@ -42,6 +42,7 @@ def test_knee_lands_at_the_cap(cap: int) -> None:
     assert verdict.estimated_cap == cap
 
 
+@pytest.mark.slow
 def test_seed_a_cap_and_what_if_matches_the_twin_with_the_cap_doubled() -> None:
     state, _ = sweep(get_preset("seed-a-tp8ep"), 128, 512)
     verdict = diagnose(state.levels)
@@ -68,6 +69,7 @@ def test_compute_bound_preset() -> None:
     assert diagnose(state.levels).constraint == "compute"
 
 
+@pytest.mark.slow
 def test_kv_capacity_binds_before_the_cap() -> None:
     config = msgspec.structs.replace(get_preset("tiny"), kv_tokens=6000, max_num_seqs=64)
     state, _ = sweep(config, 64, 512)

@@ -129,6 +129,7 @@ async def test_404_is_unavailable(metrics_server: Start) -> None:
     assert server.metrics_hits() == 1   # it gave up after the first answer
 
 
+@pytest.mark.slow
 async def test_a_server_that_hangs_is_unavailable_after_the_timeout(metrics_server: Start) -> None:
     server = await metrics_server(MetricsPlan(hang_s=2.0))
     scraper = TelemetryScraper(server.metrics_url, interval_s=0.02, timeout_s=0.2)

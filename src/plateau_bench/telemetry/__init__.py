@@ -4,8 +4,19 @@
   ``TelemetrySample``s with canonical quantities (``engines.CANONICAL``).
 * ``summarize`` reduces a level's samples to the flat dict stored on ``LevelResult.telemetry``.
 * ``open_nvml`` / ``GpuPoller`` read local GPUs when NVML is available.
+* ``DcgmPoller`` reads NVIDIA DCGM exporters (``/metrics``, one per node); ``parse_dcgm`` one page.
 """
 
+from plateau_bench.telemetry.dcgm import (
+    DEFAULT_DCGM_INTERVAL_S,
+    SOURCE_DCGM,
+    DcgmEndpoint,
+    DcgmGpu,
+    DcgmNode,
+    DcgmPage,
+    DcgmPoller,
+    parse_dcgm,
+)
 from plateau_bench.telemetry.engines import (
     CANONICAL,
     ENGINES,
@@ -35,11 +46,18 @@ from plateau_bench.telemetry.summary import (
 
 __all__ = [
     "CANONICAL",
+    "DEFAULT_DCGM_INTERVAL_S",
     "DEFAULT_INTERVAL_S",
     "ENGINES",
     "NVML_UNAVAILABLE",
+    "SOURCE_DCGM",
     "SOURCE_GPU",
     "SOURCE_SERVER",
+    "DcgmEndpoint",
+    "DcgmGpu",
+    "DcgmNode",
+    "DcgmPage",
+    "DcgmPoller",
     "EngineMap",
     "GaugeStats",
     "GpuPoller",
@@ -57,6 +75,7 @@ __all__ = [
     "info_endpoints",
     "info_values",
     "open_nvml",
+    "parse_dcgm",
     "parse_exposition",
     "prefilter",
     "samples_from_lines",

@@ -28,7 +28,7 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     ``output_tokens`` counts tokens actually streamed, also on failed records (a truncated or
     broken stream keeps what arrived). ``usage_tokens`` is set only when the server's usage
     report claimed a count the stream refuted (more than it streamed); ``token_mismatch`` then
-    holds. ``connect_ns`` is a duration, not a time: from ``sent_ns`` until a connection was
+    holds. ``connect_ns`` is a duration, not a time: from the start of the send until a connection was
     ready (pooled or new, including any wait for a pool slot); None when none was obtained or
     the producer does not measure it (the twin).
     """

@@ -6,16 +6,20 @@ that many tokens, and ``stream_options.include_usage`` so the server reports exa
 
 Timing (monotonic clock, ns relative to ``t0_ns``, the start of the level):
 
-* ``sent_ns``: just before the request is handed to aiohttp. It includes opening a connection
-  when none is pooled, as a real client would pay it; the pool is sized to the concurrency
-  (``limit=concurrency``, no lower per-host limit) so no request waits for a connection.
+* ``sent_ns``: when the request's bytes are handed to the kernel (the first socket write of its
+  body writer). Stamping it when ``send`` starts instead put the client's own event-loop rounds
+  into TTFT: at C=512 a request waited ~90 ms for the loop to connect it and run its writer, against
+  0.3 ms alone (``bench/client_overhead.py``, send path). That wait is the load generator's, and is
+  kept in the send lag (``sent_ns - scheduled_ns``) where the load-generator check reads it. A
+  request that never wrote (no connection) keeps the time ``send`` started. The pool is sized to
+  the concurrency (``limit=concurrency``, no lower per-host limit) so no request waits for one.
 * each content chunk: the clock read when aiohttp's HTTP parser hands over the piece of body
   that carried it, straight from the socket read and before any SSE or JSON parsing (events in
   one piece share the time; pieces of one socket read are microseconds apart). See
   ``_read_stream`` for how. ``first_token_ns`` is the first chunk carrying content or reasoning
   text (a chat role-only chunk carries none).
 * ``end_ns``: the last piece of body that carried bytes.
-* ``connect_ns`` (a duration): from ``sent_ns`` until the connector handed over a connection,
+* ``connect_ns`` (a duration): from the start of ``send`` until the connector handed over a connection,
   pooled or new, so a slow connect (a full listen backlog costs 1 s, 3 s, 7 s... of SYN
   retries) is seen apart from the server's time to first token. It is read by a connector whose
   ``connect`` notes the clock for the request in flight in the current task (a context
@@ -76,7 +80,7 @@ class _InFlight:
     """One request in flight: its connection time, its answer so far, and how it failed, if it did."""
 
     __slots__ = ("acc", "clock", "content_type", "cut", "detail", "error", "prompt_tokens", "ready_ns",
-                 "scheduled_ns", "sent_ns", "status", "t0", "warmup", "worker")
+                 "scheduled_ns", "sent_ns", "start_ns", "status", "t0", "warmup", "worker", "written")
 
     def __init__(self, clock: Callable[[], int], t0: int, scheduled_ns: int, worker: int, warmup: bool,
                  prompt_tokens: int) -> None:
@@ -88,7 +92,9 @@ class _InFlight:
         self.warmup = warmup
         self.prompt_tokens = prompt_tokens
         self.ready_ns: int | None = None
-        self.sent_ns = 0
+        self.start_ns = 0        # when send began
+        self.sent_ns = 0         # when the request's bytes went out (see the module docstring)
+        self.written = False
         self.status: int | None = None
         self.error: ErrorClass | None = None
         self.detail: str | None = None
@@ -108,6 +114,21 @@ class _TimedConnector(aiohttp.TCPConnector):
         if slot is not None:
             slot.ready_ns = slot.clock()
         return conn
+
+
+class _TimedRequest(ClientRequest):
+    """A request that stamps ``sent_ns`` when its body writer first writes (see the module docstring).
+
+    The writer task inherits the request's context, so the context variable names the request. The
+    first write wins: a resend on another connection stays inside the request's latency.
+    """
+
+    async def write_bytes(self, *args: Any, **kwargs: Any) -> None:
+        slot = _CONNECTING.get()
+        if slot is not None and not slot.written:
+            slot.sent_ns = slot.clock() - slot.t0
+            slot.written = True
+        await super().write_bytes(*args, **kwargs)
 
 
 class StreamingClient:
@@ -149,6 +170,7 @@ class StreamingClient:
         headers = {"User-Agent": f"plateau-bench/{__version__}"} | request_headers(self.target)
         return aiohttp.ClientSession(
             connector=connector,
+            request_class=_TimedRequest,
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=self.target.timeout_s),
         )
@@ -208,7 +230,7 @@ class StreamingClient:
         in_flight = self._in_flight
         in_flight[index] = state
         token = _CONNECTING.set(state)
-        state.sent_ns = clock() - state.t0
+        state.start_ns = state.sent_ns = clock() - state.t0
         try:
             await self._exchange(session, body, state)
         except _StreamStopped:
@@ -320,7 +342,7 @@ class StreamingClient:
             http_status=state.status,
             warmup=state.warmup,
             usage_tokens=counts.usage_tokens,
-            connect_ns=ready_ns - state.t0 - state.sent_ns if ready_ns is not None else None,
+            connect_ns=ready_ns - state.t0 - state.start_ns if ready_ns is not None else None,
         )
 
 

@@ -39,6 +39,7 @@ class LevelRun(msgspec.Struct, kw_only=True):
     records: list[RequestRecord]
     server_samples: list[TelemetrySample] = msgspec.field(default_factory=list)
     gpu_samples: list[TelemetrySample] = msgspec.field(default_factory=list)
+    dcgm_samples: list[TelemetrySample] = msgspec.field(default_factory=list)   # DCGM exporters, all nodes
     health_samples: list[HealthSample] = msgspec.field(default_factory=list)
     started_at: str | None = None         # wall clock, UTC, ISO 8601
     t0_monotonic_ns: int | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,39 @@ def test_url_passwords_and_named_secret_headers_never_reach_output_or_results(tm
     for f in out.iterdir():
         assert secret not in f.read_text(), f.name
     assert "***" in (out / "result.json").read_text()
+
+
+def test_gpu_metrics_from_a_dcgm_exporter_are_summarised_per_level(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    page = (Path(__file__).resolve().parents[1] / "telemetry" / "data" / "dcgm_h100_node_a.prom").read_bytes()
+
+    class Exporter(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(page)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    out = tmp_path / "run"
+    try:
+        code, output = invoke("run", "--concurrency", "4", "--duration", "2s", "--output-len", "16", "--out", str(out),
+                              "--gpu-metrics-url", f"http://127.0.0.1:{server.server_address[1]}", "--quiet")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 0, output
+    (level,) = json.loads((out / "result.json").read_text())["levels"]
+    assert level["gpu_metrics"]["gpus"] == 4 and level["gpu_metrics"]["power_w_mean"] > 0
+    assert '"source":"dcgm"' in (out / "telemetry.jsonl").read_text()
+
+
+def test_a_bad_gpu_metrics_url_is_one_line() -> None:
+    code, output = invoke("run", "--concurrency", "1", "--gpu-metrics-url", "ftp://x")
+    assert code == 2 and "--gpu-metrics-url must start with http" in output

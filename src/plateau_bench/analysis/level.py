@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import msgspec
 
+from plateau_bench.analysis.gpu import gpu_metrics
 from plateau_bench.analysis.health import summarize_health
 from plateau_bench.analysis.metrics import Window, compute_level, full_window, steady_window
 from plateau_bench.level_run import LevelRun
@@ -77,6 +78,7 @@ def build_level(run: LevelRun) -> LevelResult:
         gpu_note=None if run.gpu_samples else run.gpu_note,
         benchmark_s=run.benchmark_s,
         cut_off_at_stop=run.cut_off_at_stop,
+        gpu_metrics=gpu_metrics(run.dcgm_samples, window.start_ns, window.end_ns) if run.dcgm_samples else None,
         sim=sim,
     )
     result.notes = _notes(run, result)

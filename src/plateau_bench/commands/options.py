@@ -149,3 +149,20 @@ def check_load_size(connections: int) -> None:
     note = ensure_open_files(files_needed(connections))
     if note:
         typer.echo(f"plateau: {note}", err=True)
+
+
+GpuMetricsUrl = Annotated[list[str] | None, typer.Option(
+    "--gpu-metrics-url", metavar="URL",
+    help="An NVIDIA DCGM exporter's /metrics (repeatable, one per node): GPU power, SM activity, memory "
+         "bandwidth and PCIe/NVLink traffic per level, read by the verdict. Run the exporter with -c 1000 "
+         "(its default collects every 30 s).", rich_help_panel=TARGET)]
+
+
+def gpu_metrics_urls(urls: list[str] | None) -> list[str]:
+    """Each ``--gpu-metrics-url`` checked and completed to its ``/metrics`` path."""
+    out = []
+    for url in urls or []:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"--gpu-metrics-url must start with http:// or https:// (got {redact_url(url)!r})")
+        out.append(url if urlsplit(url).path not in ("", "/") else url.rstrip("/") + "/metrics")
+    return out

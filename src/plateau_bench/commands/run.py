@@ -45,6 +45,7 @@ def run_cmd(
     wait_ready: o.WaitReady = None,
     metrics_url: o.MetricsUrl = None,
     no_metrics: o.NoMetrics = False,
+    gpu_metrics_url: o.GpuMetricsUrl = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Closed-loop workers (burst "
                                                     "or steady).", rich_help_panel=LEVEL)] = None,
     num_requests: Annotated[int | None, typer.Option("--num-requests", "-n", help="Requests to send "
@@ -80,6 +81,7 @@ def run_cmd(
     from plateau_bench.sweep.session import metrics_url_for, prepare, target_url
 
     level = level_spec(mode, concurrency, num_requests, duration, rate, burstiness, max_concurrency, warmup)
+    dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
     o.check_load_size(level.concurrency or level.max_concurrency or 0)
     console = o.wide_console()
@@ -96,7 +98,8 @@ def run_cmd(
                 done = await measure_level(prepared, workload, level, out_dir=out, metrics_url=m_url,
                                            metrics_required=required, observer=view,
                                            progress=lambda: view.progress,
-                                           existing="overwrite" if overwrite else "refuse")
+                                           existing="overwrite" if overwrite else "refuse",
+                                           gpu_metrics_urls=dcgm_urls)
         if as_json:
             typer.echo(msgspec.json.format(msgspec.json.encode(done.result.levels[0]), indent=2).decode())
         else:

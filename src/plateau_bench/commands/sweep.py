@@ -65,6 +65,7 @@ def sweep_cmd(
     wait_ready: o.WaitReady = None,
     metrics_url: o.MetricsUrl = None,
     no_metrics: o.NoMetrics = False,
+    gpu_metrics_url: o.GpuMetricsUrl = None,
     concurrency: Annotated[str | None, typer.Option("--concurrency", "-c", help="A fixed grid, e.g. "
                                                     "1,16,64,256 (default: adaptive search).",
                                                     rich_help_panel=SEARCH)] = None,
@@ -128,6 +129,7 @@ def sweep_cmd(
         raise ConfigError("--resume continues in its own directory; drop --out or make it the same")
     if resume is not None and overwrite:
         raise ConfigError("--resume keeps the saved levels; --overwrite replaces them: choose one")
+    dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
     o.check_load_size(_widest(plan))
     out_dir = resume or out_dir_or_temp(out, "sweep")
@@ -145,7 +147,7 @@ def sweep_cmd(
                 done = await measure(prepared, workload, plan, out_dir=out_dir, metrics_url=m_url,
                                      metrics_required=required, observer=view, progress=lambda: view.progress,
                                      existing="resume" if resume else "overwrite" if overwrite or out is None
-                                     else "refuse")
+                                     else "refuse", gpu_metrics_urls=dcgm_urls)
         if as_json:
             data = msgspec.to_builtins(done.result)
             data["out"] = str(out_dir)

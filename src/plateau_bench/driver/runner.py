@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.health import HealthSampler
@@ -25,6 +25,7 @@ from plateau_bench.level_run import LevelRun, StopRule
 from plateau_bench.progress import LevelProgress
 from plateau_bench.records import RequestRecord
 from plateau_bench.spec import LevelSpec, TargetSpec
+from plateau_bench.telemetry.dcgm import DcgmPoller
 from plateau_bench.telemetry.gpu import GpuPoller, open_nvml
 from plateau_bench.telemetry.scraper import TelemetryScraper
 from plateau_bench.workload.prompts import Prompt
@@ -100,6 +101,7 @@ class HttpLevelRunner:
         count_tokens: Callable[[str], int] | None = None,
         progress: Callable[[], LevelProgress | None] = lambda: None,
         seed: int = 0,
+        gpu_metrics_urls: Sequence[str] = (),
     ) -> None:
         self.target = target
         self.prompts = prompts
@@ -108,6 +110,7 @@ class HttpLevelRunner:
         self.count_tokens = count_tokens
         self.progress = progress
         self.seed = seed
+        self.gpu_metrics_urls = list(gpu_metrics_urls)
         self.engine: str | None = None
         # Local GPUs (when the load runs on the GPU host): power, utilisation, clocks, through NVML.
         self._nvml, self.gpu_note = open_nvml()
@@ -143,6 +146,9 @@ class HttpLevelRunner:
             gpu = GpuPoller(self._nvml, t0_ns=t0) if self._nvml is not None else None
             if gpu is not None:
                 await gpu.start()
+            dcgm = DcgmPoller(self.gpu_metrics_urls, t0_ns=t0) if self.gpu_metrics_urls else None
+            if dcgm is not None:
+                await dcgm.start()
             health.start()
             monitor = asyncio.create_task(self._monitor(level, stop_rule, collect.records, sender, scraper,
                                                         progress, finish, t0))
@@ -153,10 +159,12 @@ class HttpLevelRunner:
                 monitor.cancel()
                 health_samples = await health.stop()
                 gpu_samples = await gpu.stop() if gpu is not None else []
+                dcgm_samples = await dcgm.stop() if dcgm is not None else []
                 server_samples = await scraper.stop() if scraper is not None else []
         return LevelRun(
             level=level, label=label, records=collect.records, server_samples=server_samples,
-            gpu_samples=gpu_samples, health_samples=health_samples, started_at=started_at, t0_monotonic_ns=t0,
+            gpu_samples=gpu_samples, dcgm_samples=dcgm_samples, health_samples=health_samples,
+            notes=dcgm.notes() if dcgm is not None else [], started_at=started_at, t0_monotonic_ns=t0,
             cut_off_at_stop=load_progress.cancelled, target_gone=collect.refused >= DEAD_TARGET_FAILURES,
             engine=self.engine, gpu_note=None if gpu_samples else self.gpu_note)
 

@@ -190,7 +190,7 @@ def _new_result(kind: ResultKind, spec: RunSpec, prepared: Prepared) -> ResultFi
 async def measure(prepared: Prepared, workload: WorkloadSpec, plan: ConcurrencyPlan | RatePlan | LevelSpec, *,
                   out_dir: Path | None, metrics_url: str | None, metrics_required: bool,
                   observer: SweepObserver, progress: Callable[[], LevelProgress | None],
-                  existing: Existing = "refuse") -> SweepRun:
+                  existing: Existing = "refuse", gpu_metrics_urls: Sequence[str] = ()) -> SweepRun:
     """Run one level or a sweep of any kind against the prepared target, saving as it goes."""
     single = isinstance(plan, LevelSpec)
     spec = run_spec(prepared, workload, level=plan) if isinstance(plan, LevelSpec) else \
@@ -203,7 +203,7 @@ async def measure(prepared: Prepared, workload: WorkloadSpec, plan: ConcurrencyP
     rule = stop_rule_for(limits) if limits else None
     runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
                              metrics_required=metrics_required, count_tokens=prepared.count_tokens,
-                             progress=progress, seed=workload.seed)
+                             progress=progress, seed=workload.seed, gpu_metrics_urls=gpu_metrics_urls)
     result = _new_result("run" if single else "sweep", spec, prepared)
     writer = ResultWriter(out_dir, result, existing=existing) if out_dir is not None else None
 
@@ -212,7 +212,7 @@ async def measure(prepared: Prepared, workload: WorkloadSpec, plan: ConcurrencyP
         if writer is None:
             return
         samples: list[TelemetrySample | HealthSample] = [*run.server_samples, *run.gpu_samples,
-                                                         *run.health_samples]
+                                                         *run.dcgm_samples, *run.health_samples]
         for sample in samples:
             writer.add_telemetry(level.label, sample, level.attempt)
         writer.add_level(level)

@@ -163,6 +163,7 @@ class LevelResult(msgspec.Struct, kw_only=True):
     token_source: str = "usage"
     throughput_ci_rel: float | None = None   # half-width of the 95 % CI on output tok/s, relative
     gain: float | None = None                # output tok/s over the previous lower level's, minus 1
+    goodput_rps: float | None = None         # requests/s meeting every --slo, per request (DistServe)
     cut_off_at_stop: int = 0                 # requests cancelled when the level was stopped
     telemetry: ServerTelemetry = msgspec.field(default_factory=ServerTelemetry)
     client: ClientHealth = msgspec.field(default_factory=ClientHealth)
@@ -209,6 +210,22 @@ class SloSummary(msgspec.Struct, frozen=True, kw_only=True):
     throughput: float | None = None
 
 
+class SloBoundary(msgspec.Struct, frozen=True, kw_only=True):
+    """``--find``: the largest load meeting every SLO (see ``analysis.slo_boundary``)."""
+
+    find: str                                   # max-concurrency | max-rate
+    bounds: list[str]
+    value: float | None = None                  # largest measured load meeting every SLO
+    reached: bool = False                       # a violating level was found above it
+    interval: tuple[float, float] | None = None  # [meets, violates): the boundary lies inside
+    binding: str | None = None                  # the SLO that breaks first
+    binding_at_boundary_ms: float | None = None
+    binding_beyond_ms: float | None = None
+    shape: str | None = None                    # cliff | smooth
+    goodput_rps: float | None = None            # requests/s meeting every SLO at the boundary
+    throughput: float | None = None             # output tok/s there
+
+
 class RateSummary(msgspec.Struct, frozen=True, kw_only=True):
     """An open-loop sweep: the rate range offered and where latency departs from its idle value."""
 
@@ -244,6 +261,8 @@ class SweepSettings(msgspec.Struct, frozen=True, kw_only=True):
     slo: list[str] = msgspec.field(default_factory=list)
     budget_s: float | None = None
     max_error_rate: float = 0.2
+    find: str | None = None                   # max-concurrency | max-rate: the SLO boundary search
+    resolution: float | None = None
 
 
 class TargetPublic(msgspec.Struct, frozen=True, kw_only=True):
@@ -354,6 +373,7 @@ class ResultFile(msgspec.Struct, kw_only=True):
     stop_reason: str | None = None
     benchmark_seconds: float | None = None
     slo: SloSummary | None = None
+    slo_boundary: SloBoundary | None = None
     rate_sweep: RateSummary | None = None
     verdict: Verdict | None = None
 

@@ -18,7 +18,7 @@ from plateau_bench.errors import ConfigError
 from plateau_bench.report.live import LiveView
 from plateau_bench.report.terminal import sweep_report
 from plateau_bench.spec import parse_duration, parse_float_list, parse_int_list
-from plateau_bench.sweep.plan import ConcurrencyPlan, RatePlan, SweepLimits
+from plateau_bench.sweep.plan import ConcurrencyPlan, RatePlan, SloSearchPlan, SweepLimits
 
 SEARCH = "Sweep"
 
@@ -48,7 +48,24 @@ def build_plan(concurrency: str | None, mode: str, rate: str | None, burstiness:
     return plan
 
 
-def _widest(plan: ConcurrencyPlan | RatePlan) -> int:
+def find_plan(find: str, mode: str, concurrency: str | None, rate: str | None, start: int, max_concurrency: int,
+              start_rate: float, max_rate: float, resolution: float, burstiness: float,
+              limits: SweepLimits) -> SloSearchPlan:
+    """``--find``: the SLO boundary search in closed loop (concurrency) or open loop (rate)."""
+    if concurrency or rate is not None:
+        raise ConfigError("--find searches the load itself: drop --concurrency and --rate")
+    open_loop = find == "max-rate"
+    plan = SloSearchPlan(find=find, mode=mode,  # type: ignore[arg-type]
+                         start=start_rate if open_loop else float(start),
+                         max_load=max_rate if open_loop else float(max_concurrency), resolution=resolution,
+                         burstiness=burstiness, limits=limits)
+    plan.validate()
+    return plan
+
+
+def _widest(plan: ConcurrencyPlan | RatePlan | SloSearchPlan) -> int:
+    if isinstance(plan, SloSearchPlan):
+        return int(plan.max_load) if not plan.open_loop else 4096
     if isinstance(plan, RatePlan):
         return plan.throughput_concurrency
     return max(plan.concurrencies) if plan.concurrencies else plan.search.max_concurrency
@@ -97,6 +114,15 @@ def sweep_cmd(
                                                rich_help_panel=SEARCH)] = None,
     max_error_rate: Annotated[float, typer.Option("--max-error-rate", help="Stop when a level's failed "
                                                   "share exceeds this.", rich_help_panel=SEARCH)] = 0.2,
+    find: Annotated[str | None, typer.Option("--find", help="max-concurrency | max-rate: search the largest "
+                                             "load meeting every --slo (bisection), instead of the plateau.",
+                                             rich_help_panel=SEARCH)] = None,
+    resolution: Annotated[float, typer.Option("--resolution", help="--find: stop when the bracket is this close "
+                                              "(relative).", rich_help_panel=SEARCH)] = 0.05,
+    start_rate: Annotated[float, typer.Option("--start-rate", help="--find max-rate: first rate (req/s).",
+                                              rich_help_panel=SEARCH)] = 1.0,
+    max_rate: Annotated[float, typer.Option("--max-rate", help="--find max-rate: never above this (req/s).",
+                                            rich_help_panel=SEARCH)] = 10_000.0,
     resume: Annotated[Path | None, typer.Option("--resume", help="Continue a sweep saved in this "
                                                 "directory (failed or damaged levels are measured again).",
                                                 rich_help_panel=SEARCH)] = None,
@@ -121,7 +147,9 @@ def sweep_cmd(
                          slos=tuple(parse_slo(slo)) if slo else (),
                          budget_s=parse_duration(budget, "--budget") if budget else None,
                          max_error_rate=max_error_rate)
-    plan = build_plan(concurrency, mode, rate, burstiness, start, max_concurrency, plateau_gain, limits)
+    plan = (find_plan(find, mode, concurrency, rate, start, max_concurrency, start_rate, max_rate, resolution,
+                      burstiness, limits) if find is not None
+            else build_plan(concurrency, mode, rate, burstiness, start, max_concurrency, plateau_gain, limits))
     if resume is not None and isinstance(plan, RatePlan) and plan.rates is None:
         raise ConfigError("--resume continues concurrency sweeps and given rates; an auto rate sweep starts "
                           "afresh")

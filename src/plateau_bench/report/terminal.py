@@ -15,7 +15,16 @@ from rich.table import Table
 from rich.text import Text
 
 from plateau_bench.analysis.open_loop import LATENCY_DEPARTURE
-from plateau_bench.result import Knee, Latency, LevelResult, Plateau, RateSummary, ResultFile, Verdict
+from plateau_bench.result import (
+    Knee,
+    Latency,
+    LevelResult,
+    Plateau,
+    RateSummary,
+    ResultFile,
+    SloBoundary,
+    Verdict,
+)
 
 
 def _lat(v: float | None) -> str:
@@ -124,6 +133,29 @@ def rate_sentence(summary: RateSummary) -> str:
     return " ".join(parts)
 
 
+def slo_boundary_sentence(b: SloBoundary) -> str:
+    """``SLO boundary (ttft_p99<=2s): max concurrency 23 (between 23 and 24; binds: ...; smooth) ...``"""
+    what = "concurrency" if b.find == "max-concurrency" else "rate"
+    unit = "" if b.find == "max-concurrency" else " req/s"
+    head = f"SLO boundary ({', '.join(b.bounds)}): "
+    if b.value is None:
+        return head + "no measured load meets every bound."
+    if not b.reached:
+        return head + f"every load measured meets it, up to {what} {b.value:g}{unit}."
+    lo, hi = b.interval or (b.value, b.value)
+    text = head + f"max {what} {b.value:g}{unit} (the boundary lies in [{lo:g}, {hi:g}){unit})"
+    if b.binding:
+        text += (f"; {b.binding} binds: {_lat(b.binding_at_boundary_ms)} there, {_lat(b.binding_beyond_ms)} at "
+                 f"{hi:g}{unit}")
+    if b.shape:
+        text += f"; a {b.shape} boundary"
+    if b.goodput_rps is not None:
+        text += f"; goodput {b.goodput_rps:.2f} req/s"
+    if b.throughput is not None:
+        text += f", {b.throughput:,.0f} tok/s"
+    return text + "."
+
+
 def verdict_text(verdict: Verdict) -> Text:
     out = Text()
     out.append("Verdict: ", style="bold")
@@ -131,12 +163,23 @@ def verdict_text(verdict: Verdict) -> Text:
     out.append(f" ({verdict.confidence} confidence)\n")
     for line in verdict.evidence:
         out.append(f"  - {line}\n")
+    if verdict.secondary:
+        out.append("  Also binding: ", style="bold")
+        out.append(f"{verdict.secondary.replace('_', ' ')}\n")
+        for line in verdict.secondary_evidence:
+            out.append(f"    - {line}\n")
+    for line in verdict.gpu_evidence:
+        out.append("  GPU: ", style="bold")
+        out.append(f"{line}\n")
     for line in verdict.what_if:
         out.append("  What if: ", style="bold")
         out.append(f"{line}\n")
     for line in verdict.suggestions:
         out.append("  Try: ", style="bold")
         out.append(f"{line[4:] if line.startswith('try ') else line}\n")
+    for line in verdict.to_separate:
+        out.append("  To tell them apart: ", style="bold")
+        out.append(f"{line}\n")
     out.rstrip()
     return out
 
@@ -162,7 +205,9 @@ def sweep_report(result: ResultFile, out_dir: str | None) -> RenderableType:
         parts.append(level_table(levels, title=f"{len(levels)} levels" +
                                  (" (burst mode: num-requests = C)" if burst else "")))
         parts.append(_plain(summary_sentence(levels, result.plateau, result.knee)))
-    if result.slo is not None:
+    if result.slo_boundary is not None:
+        parts.append(_plain(slo_boundary_sentence(result.slo_boundary)))
+    elif result.slo is not None:
         parts.append(_plain(f"SLO {', '.join(result.slo.bounds)}: met up to C={result.slo.max_concurrency}"))
     parts.extend(_plain(f"Note: {n}") for n in level_notes(levels))
     if result.stop_reason:

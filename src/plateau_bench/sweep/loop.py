@@ -21,12 +21,14 @@ from plateau_bench.analysis.diagnosis import diagnose
 from plateau_bench.analysis.level import build_level
 from plateau_bench.analysis.open_loop import rate_summary
 from plateau_bench.analysis.plateau import plateau_and_knee
-from plateau_bench.analysis.slo import level_meets, violations
+from plateau_bench.analysis.slo import goodput, level_meets, violations
+from plateau_bench.analysis.slo_boundary import slo_boundary
 from plateau_bench.level_run import LevelRun, LevelRunner, StopRule
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import LevelResult, ResultFile, SloSummary
 from plateau_bench.spec import LevelSpec
-from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SweepLimits
+from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchPlan, SweepLimits
+from plateau_bench.units import NS
 
 
 @dataclass
@@ -108,7 +110,7 @@ async def run_sweep(
             state.stop_reason = f"budget of {limits.budget_s:g}s spent ({state.spent_s:.0f}s used)"
             break
         level = await _measure(runner, step.level, step.label, step.phase, attempts.get(step.label, 0) + 1,
-                               stop_rule, on_record, observer, state)
+                               stop_rule, on_record, observer, state, limits)
         if on_level is not None:
             on_level(*level)
         reason = _error_stop(level[1], limits) or _slo_stop(level[1], step.phase, limits, state)
@@ -120,7 +122,7 @@ async def run_sweep(
 
 async def _measure(runner: LevelRunner, spec: LevelSpec, label: str, phase: str, attempt: int,
                    stop_rule: StopRule | None, on_record: OnRecord | None, observer: SweepObserver | None,
-                   state: SweepState) -> tuple[LevelRun, LevelResult]:
+                   state: SweepState, limits: SweepLimits) -> tuple[LevelRun, LevelResult]:
     if observer is not None:
         observer.level_started(spec, phase)
 
@@ -132,6 +134,10 @@ async def _measure(runner: LevelRunner, spec: LevelSpec, label: str, phase: str,
     run = await runner.run_level(spec, label=label, on_record=record_cb,
                                  stop_rule=None if spec.mode == "burst" else stop_rule)
     level = build_level(run)
+    if limits.slos:
+        lo, hi = level.window_start_s * NS, level.window_end_s * NS
+        level.goodput_rps = goodput([r for r in run.records if not r.warmup and lo <= r.end_ns <= hi],
+                                    level.duration_s, limits.slos)
     level.phase = phase
     level.attempt = attempt
     level.gain = _gain(level, state.levels)
@@ -147,6 +153,12 @@ def conclude(result: ResultFile, state: SweepState, plan: Plan, engine: str | No
     result.stop_reason = state.stop_reason
     result.benchmark_seconds = state.spent_s
     result.levels = list(state.levels)
+    if isinstance(plan, SloSearchPlan):
+        result.slo_boundary = slo_boundary(state.levels, plan.limits.slos, plan.find)
+        if plan.open_loop:
+            result.verdict = diagnose(state.levels, engine=engine, open_loop=rate_summary(state.levels))
+            return
+        plan = ConcurrencyPlan(mode=plan.mode, limits=plan.limits)
     if isinstance(plan, RatePlan):
         result.rate_sweep = rate_summary(state.levels)
         result.verdict = diagnose(state.levels, engine=engine, open_loop=result.rate_sweep)
@@ -178,8 +190,8 @@ def stop_rule_for(limits: SweepLimits) -> StopRule:
     return PrecisionRule(limits.precision, limits.min_level_s, limits.max_level_s)
 
 
-async def run_plan(runner: LevelRunner, plan: ConcurrencyPlan | RatePlan, *, previous: Sequence[LevelResult] = (),
-                   engine: str | None = None) -> tuple[SweepState, ResultFile]:
+async def run_plan(runner: LevelRunner, plan: ConcurrencyPlan | RatePlan | SloSearchPlan, *,
+                   previous: Sequence[LevelResult] = (), engine: str | None = None) -> tuple[SweepState, ResultFile]:
     """A whole sweep without files (tests, benchmarks, what-ifs in virtual time): state and concluded result."""
     state = await run_sweep(runner, plan, plan.limits, stop_rule=stop_rule_for(plan.limits), previous=previous)
     result = ResultFile(kind="sweep")

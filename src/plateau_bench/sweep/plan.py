@@ -22,6 +22,7 @@ import msgspec
 
 from plateau_bench.analysis.plateau import next_concurrency, point_of
 from plateau_bench.analysis.slo import Slo
+from plateau_bench.analysis.slo_boundary import bracket, load_of
 from plateau_bench.errors import ConfigError
 from plateau_bench.result import LevelResult, SearchSettings, SweepSettings
 from plateau_bench.spec import LevelSpec, Mode
@@ -166,3 +167,81 @@ class RatePlan:
         level = LevelSpec(mode="rate", rate=rate, burstiness=self.burstiness, duration_s=self.limits.max_level_s,
                           warmup=self.limits.warmup)
         return Step(level, level.label, "rate", "open-loop rate")
+
+
+FINDS = ("max-concurrency", "max-rate")
+
+
+@dataclass(frozen=True)
+class SloSearchPlan:
+    """``--find``: double the load until an SLO breaks, then bisect to the boundary (``analysis.slo_boundary``).
+
+    Concurrency is bisected geometrically on integers until one apart or ``resolution`` apart; a rate
+    until ``resolution`` apart. If the first load already breaks an SLO, the load is halved until one
+    meets it (down to C=1, or to ``start / 64`` requests/s).
+    """
+
+    find: str = "max-concurrency"
+    mode: Mode = "steady"              # closed-loop levels: steady | burst
+    start: float = 1.0                 # first concurrency, or first rate (req/s)
+    max_load: float = 4096.0
+    resolution: float = 0.05
+    burstiness: float = 1.0
+    limits: SweepLimits = field(default_factory=SweepLimits)
+
+    def validate(self) -> None:
+        self.limits.validate(self.mode == "steady")
+        if self.find not in FINDS:
+            raise ConfigError(f"--find must be {' or '.join(FINDS)} (got {self.find!r})")
+        if not self.limits.slos:
+            raise ConfigError("--find searches the largest load that meets an SLO: give --slo too")
+        if not 0 < self.resolution < 1:
+            raise ConfigError(f"--resolution must be in (0, 1) (got {self.resolution})")
+        if not 0 < self.start <= self.max_load < math.inf:
+            raise ConfigError("--start must be > 0 and <= --max-concurrency")
+
+    @property
+    def open_loop(self) -> bool:
+        return self.find == "max-rate"
+
+    def settings(self) -> SweepSettings:
+        return msgspec.structs.replace(
+            _common(self.limits), mode="rate" if self.open_loop else self.mode, find=self.find,
+            resolution=self.resolution, burstiness=self.burstiness if self.open_loop else None)
+
+    def _step(self, load: float, reason: str) -> Step:
+        w, t = self.limits.warmup, self.limits.max_level_s
+        if self.open_loop:
+            level = LevelSpec(mode="rate", rate=round(load, 4), burstiness=self.burstiness, duration_s=t, warmup=w)
+        elif self.mode == "burst":
+            level = LevelSpec(mode="burst", concurrency=int(load), num_requests=int(load), warmup=w)
+        else:
+            level = LevelSpec(mode="steady", concurrency=int(load), duration_s=t, warmup=w)
+        return Step(level, level.label, "find", reason)
+
+    def _narrow_enough(self, lo: float, hi: float) -> bool:
+        return hi / lo <= 1 + self.resolution or (not self.open_loop and hi - lo <= 1)
+
+    def _middle(self, lo: float, hi: float) -> float:
+        mid = math.sqrt(lo * hi)
+        return mid if self.open_loop else float(min(max(round(mid), int(lo) + 1), int(hi) - 1))
+
+    def next(self, levels: Sequence[LevelResult]) -> Step:
+        lo, hi = bracket(levels, self.limits.slos)
+        if not levels:
+            return self._step(self.start, "first load")
+        if hi is None:
+            top = max(load_of(lv) for lv in levels)
+            if top * 2 > self.max_load:
+                return Step(None, reason=f"every load up to {top:g} meets the SLO (the search stops at "
+                                         f"{self.max_load:g})")
+            return self._step(top * 2, "every SLO met: doubling")
+        if lo is None:
+            floor = 1.0 if not self.open_loop else self.start / 64
+            if load_of(hi) / 2 < floor:
+                return Step(None, reason="even the lowest load breaks the SLO")
+            return self._step(load_of(hi) / 2 if self.open_loop else float(max(1, int(load_of(hi)) // 2)),
+                              "the SLO breaks already: halving")
+        if self._narrow_enough(load_of(lo), load_of(hi)):
+            return Step(None, reason=f"SLO boundary located between {load_of(lo):g} and {load_of(hi):g}")
+        return self._step(self._middle(load_of(lo), load_of(hi)), "bisecting the SLO boundary")

@@ -45,7 +45,7 @@ from plateau_bench.store import (
     tool_info,
 )
 from plateau_bench.sweep.loop import SweepObserver, SweepState, conclude, run_sweep, stop_rule_for
-from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, Step, SweepLimits
+from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchPlan, Step, SweepLimits
 from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.telemetry.scraper import default_metrics_url
 from plateau_bench.workload.prompts import Prompt, synthesize
@@ -187,7 +187,8 @@ def _new_result(kind: ResultKind, spec: RunSpec, prepared: Prepared) -> ResultFi
                       target=msgspec.convert(info, TargetRecord))
 
 
-async def measure(prepared: Prepared, workload: WorkloadSpec, plan: ConcurrencyPlan | RatePlan | LevelSpec, *,
+async def measure(prepared: Prepared, workload: WorkloadSpec,
+                  plan: ConcurrencyPlan | RatePlan | SloSearchPlan | LevelSpec, *,
                   out_dir: Path | None, metrics_url: str | None, metrics_required: bool,
                   observer: SweepObserver, progress: Callable[[], LevelProgress | None],
                   existing: Existing = "refuse", gpu_metrics_urls: Sequence[str] = ()) -> SweepRun:

@@ -9,8 +9,9 @@ A block is everything between ``<!-- generated:NAME -->`` and ``<!-- /generated 
 only those lines are rewritten, so running the script again rewrites the same blocks and leaves the
 prose around them alone. Two kinds:
 
-* command blocks: a fenced block whose ``$ plateau ...`` lines are the commands. Each runs as
-  ``python -m plateau_bench ...`` in a fresh temporary directory shared by the block's commands (so
+* command blocks: a fenced block whose ``$ plateau ...`` (or ``$ .venv/bin/python bench/NAME.py ...``)
+  lines are the commands. Each runs as ``python -m plateau_bench ...`` (or that benchmark script, with
+  this interpreter) in a fresh temporary directory shared by the block's commands (so
   ``--out runs/x`` then ``diagnose runs/x`` works), with a fixed terminal width, and its output replaces
   the lines after it. ``$LLAMACPP_URL`` in a command is the URL of a llama-server this script starts
   (tests/support/real_servers.py; provision first with scripts/provision.sh).
@@ -126,6 +127,9 @@ BLOCKS = {
               loose=(("TTFT p50 grew", 1.0, 15.0),)),
         Block("sim-a", "Run A replayed in the simulated engine, then diagnosed (virtual time, seconds)",
               rel=0.01, abs=0.01),
+        Block("sweep-efficiency", "bench/sweep_efficiency.py: adaptive sweep vs the grid (virtual time, ~2 min)",
+              rel=0.01, abs=0.01, slow=True,
+              loose=(("wall time for this preset", 1e9, 1e9),)),  # real time, machine-dependent: not compared
         Block("fidelity", "the twin against the reference runs, with the bands tests/sim/test_fidelity.py asserts",
               rel=0.01, abs=0.01, figure=_fidelity_table),
         Block("llamacpp-sweep", "adaptive sweeps of a real llama-server (--parallel 4), with and without /metrics",
@@ -160,9 +164,19 @@ def block_text(text: str, name: str) -> str:
     raise KeyError(f"README.md has no generated block {name!r}")
 
 
+BENCH = ".venv/bin/python bench/"
+
+
 def commands_of(content: str) -> list[str]:
-    """The ``$ plateau ...`` lines of a command block, without the prompt."""
-    return [line[2:].strip() for line in content.split("\n") if line.startswith("$ plateau ")]
+    """The ``$ plateau ...`` and ``$ .venv/bin/python bench/...`` lines of a command block, without the prompt."""
+    return [line[2:].strip() for line in content.split("\n") if line.startswith(("$ plateau ", f"$ {BENCH}"))]
+
+
+def _argv(command: str) -> list[str]:
+    words = shlex.split(command)
+    if command.startswith(BENCH):  # .venv/bin/python bench/NAME.py ARGS: this interpreter, the repo's script
+        return [sys.executable, str(ROOT / words[1]), *words[2:]]
+    return [sys.executable, "-m", "plateau_bench", *words[1:]]  # without "plateau"
 
 
 def _excerpt(output: str, start: str | None) -> str:
@@ -200,11 +214,10 @@ def run_commands(block: Block, commands: list[str]) -> str:
         scratch.mkdir()
         env |= extra | {"TMPDIR": str(scratch)}
         for command in commands:
-            argv = shlex.split(command)[1:]  # without "plateau"
+            argv = _argv(command)
             for variable, value in extra.items():
                 argv = [arg.replace(f"${variable}", value) for arg in argv]
-            done = subprocess.run([sys.executable, "-m", "plateau_bench", *argv], cwd=work, env=env,
-                                  capture_output=True, text=True, check=False)
+            done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise SystemExit(f"{block.name}: `{command}` exited {done.returncode}:\n{done.stderr[-3000:]}")
             output = re.sub(re.escape(str(scratch)) + r"/\S+", "<temporary directory>", done.stdout + done.stderr)

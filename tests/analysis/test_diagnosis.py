@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import msgspec
 import pytest
 
 from plateau_bench.analysis.diagnosis import diagnose
@@ -53,7 +56,7 @@ def test_admission_cap_with_server_metrics_names_engine_flag() -> None:
     assert v.constraint == "admission_cap" and v.confidence == "high"
     assert any("running max 256" in e for e in v.evidence)
     assert v.suggestions[0].startswith("try vllm serve --max-num-seqs 512")
-    assert "0.41" in v.suggestions[0]
+    assert "KV usage peaked at 41%" in v.suggestions[0]
 
 
 def test_burst_waves_are_named() -> None:
@@ -87,14 +90,51 @@ def test_kv_capacity_from_server_preemptions() -> None:
     assert any("preemptions" in e for e in v.evidence)
 
 
-def test_load_generator_is_named_first() -> None:
-    levels = capped_levels()
-    starved = levels[-1]
-    starved.client = ClientHealth(cpu_pct_max=99.0, loop_lag_ms_p99=180.0)
-    starved.achieved_concurrency = 300.0
+def test_load_generator_is_named_when_it_holds_throughput_back() -> None:
+    # The server is far from saturated; from C=256 the client cannot keep the requests in flight and the
+    # throughput it delivers stalls above what the healthy levels reached.
+    levels = [level(c, 100.0 * c, dec=c, peak=c, ttft=30, tpot=10, client={"cpu_pct_mean": 20.0, "cpu_pct_max": 40.0,
+                                                                          "in_flight_mean": float(c)})
+              for c in (16, 32, 64, 128)]
+    for c in (256, 512, 1024):
+        levels.append(level(c, 15_000.0, dec=150, peak=160, ttft=30, tpot=10, achieved=150.0,
+                            client={"cpu_pct_mean": 97.0, "cpu_pct_max": 100.0, "loop_lag_ms_mean": 30.0,
+                                    "loop_lag_ms_p99": 120.0, "in_flight_mean": 150.0, "in_flight_max": 170.0}))
     v = diagnose(levels)
-    assert v.constraint == "load_generator"
-    assert "C=1024" in v.headline
+    assert v.constraint == "load_generator" and v.confidence == "high"
+    assert "C=256" in v.headline
+    assert any("97 % of one core on average" in e for e in v.evidence)
+
+
+def test_a_client_that_delivers_the_plateau_is_not_the_limit() -> None:
+    # One CPU and event-loop spike on the top level, in flight short only because its window is the whole
+    # burst (ramp-up and drain): the cap is the limit, the client delivered it.
+    levels = capped_levels()
+    for lv in levels:
+        lv.mode = "burst"
+        lv.client = ClientHealth(cpu_pct_mean=12.0, cpu_pct_max=30.0, loop_lag_ms_mean=0.5, loop_lag_ms_p99=3.0,
+                                 in_flight_mean=0.6 * (lv.concurrency or 0), in_flight_max=float(lv.concurrency or 0))
+        lv.achieved_concurrency = 0.6 * (lv.concurrency or 0)
+    levels[-1].client = ClientHealth(cpu_pct_mean=18.0, cpu_pct_max=97.0, loop_lag_ms_mean=1.0, loop_lag_ms_p99=75.0,
+                                     in_flight_mean=150.0, in_flight_max=1024.0)
+    assert diagnose(levels).constraint == "admission_cap"
+    # Old results without means: a starved level that still delivers the plateau does not make it the client's.
+    levels = capped_levels()
+    levels[-1].client = ClientHealth(cpu_pct_max=99.0, loop_lag_ms_p99=180.0)
+    levels[-1].achieved_concurrency = 300.0
+    assert diagnose(levels).constraint == "admission_cap"
+
+
+def test_slow_connections_are_named_with_their_figures() -> None:
+    levels = capped_levels()
+    levels[-1].connect_ms = Latency(p50=2.0, p99=1_100.0, max=3_050.0, count=1024)
+    levels[-2].connect_ms = Latency(p50=1.0, p99=4.0, max=9.0, count=512)
+    v = diagnose(levels)
+    assert v.constraint == "load_generator" and v.confidence == "medium"
+    assert "connections were slow to open from C=1024" in v.headline
+    assert any("waited 1.1 s or more for a connection" in e for e in v.evidence)
+    assert any("first SYN retransmission" in e for e in v.evidence)
+    assert any("somaxconn" in s for s in v.suggestions)
 
 
 def test_errors_rate_limiting() -> None:
@@ -102,7 +142,20 @@ def test_errors_rate_limiting() -> None:
     levels += [level(16, 900.0, dec=8, peak=8, ttft=30, tpot=10, failed=6, errors={"http_429": 6})]
     v = diagnose(levels)
     assert v.constraint == "errors"
-    assert "429" in v.headline
+    assert v.headline == "errors / rate limiting from C=16 (429 rate limited)"
+    assert "failures seen: 6 429 Too Many Requests (rate limited)" in v.evidence
+    assert "rejects load above its limit" in v.suggestions[0]
+
+
+@pytest.mark.parametrize(("errors", "named"), [({"http_5xx": 5}, "5xx"), ({"timeout": 5}, "timeouts"),
+                                                ({"http_429": 3, "timeout": 2}, "429 rate limited, timeouts")])
+def test_errors_name_the_statuses_they_saw(errors: dict[str, int], named: str) -> None:
+    levels = [level(c, 100.0 * c, dec=c, peak=c, ttft=30, tpot=10) for c in (1, 2, 4, 8)]
+    levels += [level(c, 900.0, dec=8, peak=8, ttft=30, tpot=10, failed=5, errors=errors) for c in (16, 32)]
+    v = diagnose(levels)
+    assert v.constraint == "errors" and v.headline.endswith(f"({named})")
+    if "http_5xx" in errors:
+        assert any("503 (overloaded)" in e for e in v.evidence)
 
 
 def test_not_saturated_keeps_going() -> None:
@@ -161,3 +214,108 @@ def test_hung_requests_are_named_in_the_verdict() -> None:
     v = diagnose(levels)
     assert v.constraint == "errors" and "hang" in v.headline
     assert any("hung" in e for e in v.evidence)
+
+
+def kv_bound_at_a_reachable_cap(telemetry: bool) -> list[LevelResult]:
+    """A cap of 64 the running count touches, while the KV cache is full and preempts (family 1 of the gauntlet)."""
+    out = []
+    for c in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        b = min(c, 64)
+        sat = c >= 64
+        tel = ({"running_mean": 40.0 if sat else float(b), "running_max": float(b),
+                "waiting_mean": float(max(c - 40, 0)), "kv_usage_mean": 0.99 if sat else 0.4,
+                "kv_usage_max": 1.0 if sat else 0.5, "preemptions_delta": 300.0 if sat else 0.0} if telemetry else {})
+        lv = level(c, 40 * 1000 / 22.0 if sat else b * 1000 / (14 + 0.1 * b), dec=0.62 * b if sat else b, peak=b,
+                   ttft=50.0 if not sat else 4_000.0 * c / 64, tpot=22.0 if sat else 14 + 0.1 * b, telemetry=tel)
+        spread = 2.2 if sat else 1.0
+        lv.tpot_ms = Latency(mean=lv.tpot_ms.mean, p50=lv.tpot_ms.p50, p99=(lv.tpot_ms.p50 or 0) * spread)
+        lv.input_tokens, lv.output_tokens, lv.completed = 128 * lv.completed, 512 * lv.completed, lv.completed
+        out.append(lv)
+    return out
+
+
+@pytest.mark.parametrize("telemetry", [True, False], ids=["metrics", "client-only"])
+def test_kv_binding_below_a_reachable_cap_is_not_the_cap(telemetry: bool) -> None:
+    v = diagnose(kv_bound_at_a_reachable_cap(telemetry), engine="vllm" if telemetry else None)
+    assert v.constraint == "kv_capacity"
+    assert v.secondary == "admission_cap" and v.estimated_cap == 64
+    assert v.confidence == ("high" if telemetry else "medium")
+    assert v.secondary_evidence and "most requests decoding at once: 64" in v.secondary_evidence[0]
+    # Raising the cap when the cache is full predicts (almost) nothing, and the what-if says why.
+    assert v.predicted_throughput_doubled_cap == pytest.approx(40 * 1000 / 22.0, rel=0.01)
+    assert "the cache cannot hold more sequences" in v.what_if[0]
+    assert "need up to" in v.what_if[1]
+    assert not any("--max-num-seqs" in s for s in v.suggestions)
+    if not telemetry:
+        assert any("enable /metrics" in t for t in v.to_separate)
+        assert any("shorter outputs" in t for t in v.to_separate)
+
+
+def test_a_cap_what_if_stops_where_the_kv_cache_is_full() -> None:
+    levels = capped_levels(telemetry=True)
+    for lv in levels:
+        lv.telemetry = msgspec.structs.replace(lv.telemetry, kv_usage_mean=0.8, kv_usage_max=0.85)
+    v = diagnose(levels, engine="vllm")
+    assert v.constraint == "admission_cap" and v.secondary is None
+    # The cache holds 256 * 0.97 / 0.8 = 310 sequences, not 512; preempting, a quarter of the way more run.
+    fits = 256 * 0.97 / 0.8
+    batch = fits + 0.25 * (512 - fits)
+    gain = (batch / (14 + 0.195 * batch)) / (256 / (14 + 0.195 * 256))
+    assert v.predicted_throughput_doubled_cap == pytest.approx(4006.3 * gain, rel=0.02)
+    assert "holds ~310 such sequences (preempting, the scheduler keeps ~361 running)" in v.what_if[0]
+
+
+def prefill_heavy(telemetry: bool) -> list[LevelResult]:
+    """4,096-token prompts, 32-token outputs: a prompt costs ~250 ms of a step time that it dominates."""
+    out = []
+    for c in (1, 2, 4, 8, 16, 32, 64, 128):
+        rate = min(c, 12) * 3.8                       # requests/s: prefill work saturates near C=12
+        lv = level(c, rate * 32, dec=min(c, 12) * 0.25, peak=min(c, 6), ttft=260.0 * max(1.0, c / 12), tpot=9.0,
+                   telemetry={"running_max": float(min(c, 14)), "running_mean": float(min(c, 12)),
+                              "kv_usage_max": 0.04, "kv_usage_mean": 0.03, "preemptions_delta": 0.0}
+                   if telemetry else {}, itl_max=260.0)
+        lv.request_throughput = rate
+        lv.total_throughput = rate * (4096 + 32)
+        lv.completed, lv.input_tokens, lv.output_tokens = lv.num_requests, 4096 * lv.num_requests, 32 * lv.num_requests
+        out.append(lv)
+    return out
+
+
+@pytest.mark.parametrize("telemetry", [True, False], ids=["metrics", "client-only"])
+def test_a_prefill_heavy_workload_is_prefill_bound_not_kv(telemetry: bool) -> None:
+    v = diagnose(prefill_heavy(telemetry), engine="vllm")
+    assert v.constraint == "prefill", v
+    assert "prompt tokens take ~" in v.evidence[1] and "61.3 us" in v.evidence[1]
+    assert any("--max-num-batched-tokens" in s for s in v.suggestions)
+    assert any("disaggregation" in s for s in v.suggestions)
+
+
+def test_a_cap_with_kv_signs_client_only_says_what_would_separate_them() -> None:
+    levels = capped_levels()
+    for lv in levels[-3:]:
+        lv.tpot_ms = Latency(mean=lv.tpot_ms.mean, p50=lv.tpot_ms.p50, p99=(lv.tpot_ms.p50 or 0) * 1.35)
+    v = diagnose(levels)
+    assert v.constraint == "admission_cap" and v.confidence == "medium" and v.secondary == "kv_capacity"
+    assert v.predicted_throughput_doubled_cap is None
+    assert "between +0 %" in v.what_if[0]
+    assert any("enable /metrics" in t for t in v.to_separate)
+
+
+def test_the_terminal_and_html_verdicts_show_both_limits() -> None:
+    from rich.console import Console
+
+    from plateau_bench.report.html import _verdict
+    from plateau_bench.report.tables import ReportRun
+    from plateau_bench.report.terminal import verdict_text
+    from plateau_bench.result import ResultFile
+
+    v = diagnose(kv_bound_at_a_reachable_cap(False))
+    v.gpu_evidence = ["GPUs at 39 % of their power limit"]
+    console = Console(width=200, record=True, color_system=None)
+    console.print(verdict_text(v))
+    text = console.export_text()
+    assert "Also binding: admission cap" in text and "    - most requests decoding at once: 64" in text
+    assert "GPU: GPUs at 39 % of their power limit" in text
+    assert "To tell them apart: enable /metrics" in text
+    page = _verdict(ReportRun(name="r", path=Path("r"), result=ResultFile(verdict=v)))
+    assert "also binding: admission cap" in page and "What would tell them apart" in page and "<h4>GPUs</h4>" in page

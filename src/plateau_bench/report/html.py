@@ -143,13 +143,19 @@ def _verdict(run: ReportRun) -> str:
     v = run.result.verdict
     if v is None:
         return ""
+    pairs = [("constraint", v.constraint), ("confidence", v.confidence)]
+    if v.secondary:
+        pairs.append(("also binding", v.secondary))
     badges = "".join(f'<span class="badge">{_esc(label)}: {_esc(value.replace("_", " "))}</span>'
-                     for label, value in (("constraint", v.constraint), ("confidence", v.confidence)))
+                     for label, value in pairs)
     parts = [f'<div class="verdict"><p class="headline">{_esc(v.headline)}</p>{badges}']
-    for lines, title in ((v.evidence, "Evidence"), (v.what_if, "What if"), (v.suggestions, "What to try")):
+    secondary = f"Also binding: {v.secondary.replace('_', ' ')}" if v.secondary else ""
+    for lines, title in ((v.evidence, "Evidence"), (v.secondary_evidence, secondary), (v.gpu_evidence, "GPUs"),
+                         (v.what_if, "What if"), (v.suggestions, "What to try"),
+                         (v.to_separate, "What would tell them apart")):
         body = _list(lines)
         if body:
-            parts.append(f"<h4>{title}</h4>{body}")
+            parts.append(f"<h4>{_esc(title)}</h4>{body}")
     parts.append("</div>")
     return "".join(parts)
 

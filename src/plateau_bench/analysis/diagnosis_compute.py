@@ -1,0 +1,118 @@
+"""When no admission limit holds requests out, the step time is the limit: decode or prefill work.
+
+* **Compute / bandwidth saturation**: the decoding batch keeps rising with C but TPOT rises in
+  proportion, so batch / TPOT (throughput) flattens.
+* **Prefill-bound**: most of the engine's time goes to prompt tokens. The client measures it without
+  /metrics (``prefill_estimate``): at the lowest level a request's TTFT is its prefill plus about one
+  step and its TPOT is one step, so ``(TTFT - TPOT) / prompt tokens`` is the cost of a prompt token;
+  times the prompt tokens the plateau processes per second (total minus output throughput) it is the
+  share of each second the engine spends on prefill. Decode stalls behind big prefill chunks (ITL
+  spikes without preemption) and requests waiting for their prefill (a batch that looks short) are
+  this, not a KV limit. Recomputation after preemption is invisible to this estimate, so it reads low
+  when the KV cache thrashes.
+"""
+
+from __future__ import annotations
+
+from plateau_bench.analysis.diagnosis_common import (
+    GENERIC_PREFILL,
+    Prefill,
+    Sweep,
+    conc,
+    flag,
+    mean_lengths,
+    ms,
+    stall_ratio,
+)
+from plateau_bench.result import Confidence, LevelResult, Verdict
+
+PREFILL_BOUND = 0.5       # prefill share of the engine's time that makes it the limit
+PREFILL_UNSURE = (0.35, 0.65)
+
+
+def prefill_estimate(levels: list[LevelResult], top: list[LevelResult]) -> Prefill | None:
+    low = levels[0]
+    prompt, _ = mean_lengths(low)
+    if prompt <= 0 or low.ttft_ms.p50 is None or not top:
+        return None
+    per_token_ms = max(0.0, low.ttft_ms.p50 - (low.tpot_ms.mean or 0.0)) / prompt
+    last = top[-1]
+    prompt_rate = max(0.0, last.total_throughput - last.output_throughput)
+    p, o = mean_lengths(last)
+    return Prefill(min(per_token_ms / 1000 * prompt_rate, 1.5), per_token_ms * 1000, p or prompt, o, conc(low))
+
+
+def _prefill_evidence(s: Sweep, pre: Prefill) -> list[str]:
+    low, last = s.levels[0], s.top[-1]
+    ev = [f"prompt tokens take ~{min(pre.share, 1.0):.0%} of the engine's time on the plateau: a prompt token costs "
+          f"~{pre.us_per_token:.1f} us (TTFT {ms(low.ttft_ms.p50)} - TPOT {ms(low.tpot_ms.mean)} at "
+          f"C={pre.measured_at}, ~{pre.prompt_tokens:,.0f}-token prompts) and the plateau processes "
+          f"{max(0.0, last.total_throughput - last.output_throughput):,.0f} prompt tokens/s",
+          f"~{pre.prompt_tokens / max(pre.output_tokens, 1):.0f} prompt tokens per output token "
+          f"({pre.prompt_tokens:,.0f} in, {pre.output_tokens:,.0f} out)",
+          f"TTFT p50 {ms(s.top[0].ttft_ms.p50)} -> {ms(last.ttft_ms.p50)} from C={conc(s.top[0])} to C={conc(last)}"]
+    stalls = stall_ratio(s.top)
+    if stalls > 5:
+        ev.append(f"decode stalls behind prefill chunks: ITL max {stalls:.0f}x its median")
+    kv = [lv.telemetry.kv_usage_max for lv in s.top if lv.telemetry.kv_usage_max is not None]
+    pre_delta = sum(lv.telemetry.preemptions_delta or 0.0 for lv in s.top)
+    if kv:
+        ev.append(f"server: KV-cache usage peaked at {max(kv):.0%}, {pre_delta:.0f} preemptions: not a KV limit")
+    return ev
+
+
+def prefill_verdict(s: Sweep, pre: Prefill) -> Verdict:
+    unsure = pre.share < PREFILL_UNSURE[1] or pre.measured_at > 4
+    confidence: Confidence = "medium" if unsure else "high"
+    budget = flag(s.engine, "prefill") or GENERIC_PREFILL
+    v = Verdict(
+        "prefill", "prefill-bound: prompt processing, not decoding, takes most of each step", confidence,
+        _prefill_evidence(s, pre),
+        suggestions=[f"tune the chunked-prefill budget: {budget} (larger batches more prompt tokens per step; "
+                     "smaller keeps decode steps short)",
+                     "split prefill and decode (prefill/decode disaggregation) so long prompts stop delaying decodes",
+                     "prefix caching, when prompts share a prefix, skips their recomputation"])
+    if unsure:
+        v.to_separate.append("sweep with shorter prompts (e.g. a quarter of --input-len): a prefill-bound plateau "
+                             "rises with them, a decode-bound one barely moves")
+    if pre.measured_at > 4:
+        v.to_separate.append(f"measure C=1 too: the per-token prefill cost was read at C={pre.measured_at}")
+    return v
+
+
+def compute_verdict(s: Sweep) -> Verdict:
+    top = s.top
+    first, last = top[0], top[-1]
+    batch_ratio = last.decoding_concurrency / max(first.decoding_concurrency, 1e-9)
+    tpot_ratio = (last.tpot_ms.mean or 0) / max(first.tpot_ms.mean or 0, 1e-9)
+    ev = [f"decoding concurrency kept rising: {first.decoding_concurrency:.0f} -> {last.decoding_concurrency:.0f} "
+          f"from C={conc(first)} to C={conc(last)}",
+          f"TPOT rose in proportion: {ms(first.tpot_ms.mean)} -> {ms(last.tpot_ms.mean)} "
+          f"({tpot_ratio:.1f}x for {batch_ratio:.1f}x the batch)",
+          f"throughput flat at ~{s.plateau.throughput:,.0f} tok/s"]
+    if any(lv.telemetry.waiting_mean is not None for lv in top):
+        ev.append(f"server waiting queue ~{last.telemetry.waiting_mean or 0.0:.1f}: requests are admitted")
+    if s.prefill is not None and s.prefill_share >= PREFILL_UNSURE[0]:
+        ev.append(f"prompt tokens take ~{s.prefill_share:.0%} of the engine's time (from TTFT at C="
+                  f"{s.prefill.measured_at})")
+    flat = max(lv.output_throughput for lv in top) <= 1.1 * min(lv.output_throughput for lv in top)
+    proportional = batch_ratio > 1.3 and 0.75 < tpot_ratio / batch_ratio < 1.33 and flat
+    spreads = sorted((lv.tpot_ms.p99 or 0.0) / lv.tpot_ms.p50 for lv in top if lv.tpot_ms.p50)
+    shared = not spreads or spreads[len(spreads) // 2] < 1.3   # one batch: every request sees the same steps
+    confidence: Confidence = "high" if proportional and shared else "medium" if proportional else "low"
+    v = Verdict(
+        "compute", "compute / bandwidth saturation: larger batches only make each step slower", confidence, ev,
+        suggestions=["more or faster GPUs, more tensor/expert parallelism, or quantization",
+                     f"tune step efficiency: {flag(s.engine, 'batch')}" if s.engine in ("vllm", "sglang", "llamacpp",
+                                                                                        "tgi") else
+                     "tune the engine's batching (CUDA graphs, batched tokens per step)"])
+    if not shared:
+        v.evidence.append(f"per-request TPOT spreads (p99 {spreads[len(spreads) // 2]:.1f}x the median): requests do "
+                          "not all share one batch")
+        if not any(lv.telemetry.preemptions_delta is not None for lv in top):
+            v.to_separate.append("enable /metrics: preemptions would show the KV cache evicting requests")
+    if s.prefill_share >= PREFILL_UNSURE[0]:
+        v.confidence = "medium" if proportional else "low"
+        v.secondary = "prefill"
+        v.to_separate.append("sweep with shorter prompts: if the plateau rises, prefill is the larger part")
+    return v

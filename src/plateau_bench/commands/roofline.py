@@ -22,6 +22,7 @@ from plateau_bench.roofline import (
     Deployment,
     GpuSpec,
     Point,
+    Roofline,
     RooflineReport,
     build_roofline,
     find_gpu,
@@ -45,6 +46,21 @@ def _gpu(name: str | None, spec: Path | None) -> GpuSpec:
     if (name is None) == (spec is None):
         raise ConfigError(f"give one of --gpu NAME ({', '.join(gpu_names())}) or --gpu-spec FILE")
     return read_gpu_spec(spec) if spec is not None else find_gpu(name or "")
+
+
+def roofline_from_options(model: Path, gpu: str | None, gpu_spec: Path | None, *, interconnect: str | None = None,
+                          gpus: int | None = None, tp: int = 1, ep: int = 1, dtype: str | None = None,
+                          kv_dtype: str = "bf16", input_len: int = 128, output_len: int = 128,
+                          step_overhead_ms: float = 0.5, mem_fraction: float = 0.9) -> tuple[Roofline, GpuSpec]:
+    """The roofline the options describe (for any command that takes ``--roofline CONFIG --gpu ...``)."""
+    shape = read_model_config(model)
+    spec = _gpu(gpu, gpu_spec)
+    layout = Deployment(
+        gpus=gpus if gpus is not None else tp, tp=tp, ep=ep,
+        dtype=parse_dtype(dtype, "--dtype") if dtype else shape.config_dtype or "bf16",
+        kv_dtype=parse_dtype(kv_dtype, "--kv-dtype"), input_len=input_len, output_len=output_len,
+        step_overhead_s=step_overhead_ms / 1e3, mem_fraction=mem_fraction)
+    return build_roofline(shape, spec, layout, find_link(interconnect, spec)), spec
 
 
 def roofline_cmd(  # long: one option per line
@@ -77,14 +93,9 @@ def roofline_cmd(  # long: one option per line
     as_json: Annotated[bool, typer.Option("--json", help="Print the roofline as JSON only.")] = False,
 ) -> None:
     """The hardware's ceiling for a model: step time by resource, tokens/s and what binds, per batch."""
-    shape = read_model_config(model)
-    spec = _gpu(gpu, gpu_spec)
-    layout = Deployment(
-        gpus=gpus if gpus is not None else tp, tp=tp, ep=ep,
-        dtype=parse_dtype(dtype, "--dtype") if dtype else shape.config_dtype or "bf16",
-        kv_dtype=parse_dtype(kv_dtype, "--kv-dtype"), input_len=input_len, output_len=output_len,
-        step_overhead_s=step_overhead_ms / 1e3, mem_fraction=mem_fraction)
-    rf = build_roofline(shape, spec, layout, find_link(interconnect, spec))
+    rf, spec = roofline_from_options(
+        model, gpu, gpu_spec, interconnect=interconnect, gpus=gpus, tp=tp, ep=ep, dtype=dtype, kv_dtype=kv_dtype,
+        input_len=input_len, output_len=output_len, step_overhead_ms=step_overhead_ms, mem_fraction=mem_fraction)
     decode = parse_int_list(batches, "--batches") if batches else list(DEFAULT_BATCHES)
     report = roofline_report(rf, spec, decode, DEFAULT_PREFILL)
     if as_json:

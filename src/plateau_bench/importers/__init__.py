@@ -1,0 +1,143 @@
+"""Results measured by other tools (or written in a plain table), as plateau-bench levels.
+
+``import_sources`` reads vLLM's and SGLang's serving-benchmark results, GuideLLM's ``benchmarks.json``,
+AIPerf's profile exports, inference-perf's lifecycle reports, and CSV or Markdown tables, and returns one
+level per run / benchmark / stage / row. Per-request data becomes request records whose metrics
+``analysis.metrics`` recomputes; summaries fill only the fields they state (``importers.common``). Each
+level's notes say where it came from and what the source did not measure.
+
+``to_vllm_json`` goes the other way: a level in the keys of ``vllm bench serve --save-result``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from plateau_bench.errors import ConfigError
+from plateau_bench.importers import aiperf, guidellm, inference_perf, sglang, table, vllm
+from plateau_bench.importers.common import (
+    Imported,
+    ImportedLevel,
+    ImportOptions,
+    Where,
+    json_values,
+    read_text,
+    unique_label,
+)
+from plateau_bench.importers.detect import FORMATS, detect, expand, is_json
+from plateau_bench.importers.export import to_vllm_json, vllm_json_lines
+
+__all__ = [
+    "FORMATS",
+    "ImportOptions",
+    "Imported",
+    "ImportedLevel",
+    "import_sources",
+    "to_vllm_json",
+    "vllm_json_lines",
+]
+
+_META_KEYS = ("engine", "model", "input_len", "output_len")
+
+
+def _merge(out: Imported, meta: dict[str, Any]) -> None:
+    for key in _META_KEYS:
+        value = meta.get(key)
+        if value is None:
+            continue
+        if getattr(out, key) is None:
+            setattr(out, key, value)
+        elif getattr(out, key) != value:
+            out.warnings.append(f"the sources disagree on {key} ({getattr(out, key)} and {value}): the first is kept")
+
+
+def _aiperf(groups: dict[Path, dict[str, list[tuple[Any, Where]]]], opts: ImportOptions, out: Imported,
+           ) -> list[ImportedLevel]:
+    levels = []
+    for found in groups.values():
+        aggs = found.get("aggregate", [])
+        agg, agg_where = (aggs[0][0], aggs[0][1]) if aggs else (None, None)
+        _merge(out, {"model": aiperf.model(agg)})
+        if found.get("records"):
+            levels.append(aiperf.records_run(found["records"], agg, agg_where, opts))
+        elif agg is not None and agg_where is not None:
+            levels.append(aiperf.summary(agg, agg_where, opts))
+    return levels
+
+
+def _json(path: Path, text: str, fmt: str, values: list[tuple[Any, Where]], opts: ImportOptions,
+          aiperf_groups: dict[Path, dict[str, list[tuple[Any, Where]]]]) -> tuple[list[ImportedLevel], dict[str, Any]]:
+    if fmt == "vllm":
+        return vllm.load(path, values, opts)
+    if fmt == "sglang":
+        return sglang.load(path, values, opts)
+    if fmt == "guidellm":
+        return guidellm.load(path, text, values, opts)
+    if fmt == "inference-perf":
+        levels = []
+        for value, where in values:
+            if inference_perf.is_per_request(value):
+                levels.append(inference_perf.per_request(value, where, opts))
+            elif isinstance(value, dict) and inference_perf.is_summary(value):
+                levels.append(inference_perf.summary(value, where, opts, inference_perf.stage_of(path)))
+            else:
+                raise where.missing("successes", "an inference-perf lifecycle report")
+        return levels, {}
+    group = aiperf_groups[path.parent]
+    for value, where in values:
+        if isinstance(value, dict) and aiperf.is_record(value):
+            group["records"].append((value, where))
+        elif isinstance(value, dict) and aiperf.is_aggregate(value):
+            group["aggregate"].append((value, where))
+        else:
+            raise where.missing("metadata.request_start_ns", "an AIPerf profile_export.jsonl line")
+    return [], {}
+
+
+def import_sources(paths: list[Path], fmt: str | None = None, opts: ImportOptions | None = None) -> Imported:
+    """Every level in ``paths`` (files or directories); ``fmt`` forces the format of all of them."""
+    opts = opts or ImportOptions()
+    if fmt is not None and fmt not in FORMATS:
+        raise ConfigError(f"unknown --from {fmt!r}: choose one of {', '.join(FORMATS)}")
+    out = Imported()
+    aiperf_groups: dict[Path, dict[str, list[tuple[Any, Where]]]] = defaultdict(lambda: defaultdict(list))
+    files, skipped = expand(paths)
+    out.warnings.extend(skipped)
+    for path in files:
+        text = read_text(path)
+        if not text.strip():
+            raise ConfigError(f"{path}: empty file")
+        kind = fmt or "table"
+        if kind != "table" or (fmt is None and is_json(text)):
+            values = json_values(path, text)
+            kind = fmt or detect(path, values)
+            levels, meta = _json(path, text, kind, values, opts, aiperf_groups)
+        else:
+            levels, warnings = table.load(path, text, opts)
+            meta = {"input_len": opts.input_len, "output_len": opts.output_len}
+            out.warnings.extend(warnings)
+        out.levels.extend(levels)
+        _merge(out, meta)
+        if kind not in out.formats:
+            out.formats.append(kind)
+    out.levels.extend(_aiperf(aiperf_groups, opts, out))
+    if not out.levels:
+        raise ConfigError(f"no level found in {', '.join(str(p) for p in paths)}")
+    taken: set[str] = set()
+    for lv in out.levels:
+        lv.level.label = unique_label(lv.level.label, taken)
+    known_in, known_out = _record_lengths(out.levels)
+    out.input_len = opts.input_len or out.input_len or known_in
+    out.output_len = opts.output_len or out.output_len or known_out
+    return out
+
+
+def _record_lengths(levels: list[ImportedLevel]) -> tuple[int | None, int | None]:
+    """Prompt and output lengths when every successful request of every level had the same ones."""
+    ok = [r for lv in levels for r in lv.records if r.ok and not r.warmup]
+    prompts = {r.prompt_tokens for r in ok}
+    outputs = {r.output_tokens for r in ok}
+    return (next(iter(prompts)) if len(prompts) == 1 and 0 not in prompts else None,
+            next(iter(outputs)) if len(outputs) == 1 and 0 not in outputs else None)

@@ -5,7 +5,7 @@ Layers, lowest first (a module may import from its own layer and those below, ne
     base       errors, units, aio, spec, records, result, level_run, progress, store, store_migrate
     pure       workload, telemetry, analysis, roofline (no I/O into results; analysis never sees the network;
                                                         roofline imports base modules only)
-    edges      driver (HTTP), sim (the twin), report (presentation)
+    edges      driver (HTTP), sim (the twin), report (presentation), importers (other tools' results in)
     top        sweep (orchestration), commands, cli, __main__
 
 and within the middle layers: analysis imports no telemetry I/O (scraper, gpu), the driver never computes
@@ -28,14 +28,16 @@ BASE = {"errors", "units", "aio", "spec", "records", "result", "level_run", "pro
         "store_migrate", "__init__"}
 # part -> the parts it must never import
 FORBIDDEN: dict[str, set[str]] = {
-    "base": {"workload", "analysis", "roofline", "driver", "sim", "report", "sweep", "commands", "cli"},
-    "workload": {"analysis", "driver", "sim", "report", "sweep", "commands", "cli", "telemetry"},
-    "telemetry": {"analysis", "driver", "sim", "report", "sweep", "commands", "cli", "workload"},
+    "base": {"workload", "analysis", "roofline", "driver", "sim", "report", "sweep", "commands", "cli", "importers"},
+    "workload": {"analysis", "driver", "sim", "report", "sweep", "commands", "cli", "telemetry", "importers"},
+    "telemetry": {"analysis", "driver", "sim", "report", "sweep", "commands", "cli", "workload", "importers"},
     "analysis": {"driver", "sim", "report", "sweep", "commands", "cli", "workload",
-                 "telemetry.scraper", "telemetry.gpu", "store"},
-    "roofline": {"workload", "telemetry", "analysis", "driver", "sim", "report", "sweep", "commands", "cli"},
-    "driver": {"analysis", "sim", "report", "sweep", "commands", "cli"},
-    "sim": {"analysis", "driver", "report", "sweep", "commands", "cli"},
+                 "telemetry.scraper", "telemetry.gpu", "store", "importers"},
+    "roofline": {"workload", "telemetry", "analysis", "driver", "sim", "report", "sweep", "commands", "cli",
+                 "importers"},
+    "driver": {"analysis", "sim", "report", "sweep", "commands", "cli", "importers"},
+    "sim": {"analysis", "driver", "report", "sweep", "commands", "cli", "importers"},
+    "importers": {"driver", "sim", "report", "sweep", "commands", "cli", "workload", "telemetry", "roofline"},
     "report": {"driver", "sim", "sweep", "commands", "cli"},
     "sweep": {"commands", "cli"},
     "commands": {"cli"},

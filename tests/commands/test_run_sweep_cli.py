@@ -163,3 +163,17 @@ def test_gpu_metrics_from_a_dcgm_exporter_are_summarised_per_level(tmp_path: Pat
 def test_a_bad_gpu_metrics_url_is_one_line() -> None:
     code, output = invoke("run", "--concurrency", "1", "--gpu-metrics-url", "ftp://x")
     assert code == 2 and "--gpu-metrics-url must start with http" in output
+
+
+def test_report_exports_vllm_json_that_import_reads_back(tmp_path: Path) -> None:
+    sim = tmp_path / "sim"
+    assert invoke("sim", "--concurrency", "4,16", "--output-len", "16", "--out", str(sim))[0] == 0
+    exported = tmp_path / "levels.jsonl"
+    assert invoke("report", str(sim), "--format", "vllm-json", "--output", str(exported))[0] == 0
+    lines = [json.loads(line) for line in exported.read_text().splitlines()]
+    assert [line["max_concurrency"] for line in lines] == [4, 16]
+    assert invoke("import", str(exported), "--out", str(tmp_path / "back"))[0] == 0
+    back = json.loads((tmp_path / "back" / "result.json").read_text())["levels"]
+    original = json.loads((sim / "result.json").read_text())["levels"]
+    for a, b in zip(original, back, strict=True):
+        assert b["output_throughput"] == pytest.approx(a["output_throughput"], rel=1e-6)

@@ -14,10 +14,21 @@ import typer
 
 from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ConfigError
+from plateau_bench.importers import vllm_json_lines
 from plateau_bench.report.html import check_writable, render_html, write_text
 from plateau_bench.report.plots import write_pngs
-from plateau_bench.report.tables import FORMATS, load_runs, render_table
+from plateau_bench.report.tables import FORMATS, ReportRun, load_runs, render_table
 from plateau_bench.report.terminal import level_table
+from plateau_bench.store import kept_attempts, load_requests
+
+
+def _vllm_json(runs: list[ReportRun]) -> str:
+    """Each run's levels in vLLM's bench result keys, with per-request lists where records were saved."""
+    out = []
+    for run in runs:
+        directory = run.path if run.path.is_dir() else run.path.parent
+        out.append(vllm_json_lines(run.result, load_requests(directory, attempts=kept_attempts(run.result))))
+    return "".join(out)
 
 
 def report_cmd(
@@ -26,14 +37,15 @@ def report_cmd(
                                                   "(opens offline).")] = None,
     png_dir: Annotated[Path | None, typer.Option("--png", help="Write throughput, latency and frontier "
                                                  "plots as PNG into this directory.")] = None,
-    fmt: Annotated[str | None, typer.Option("--format", help="Print the level tables as md, csv or "
-                                            "json.")] = None,
+    fmt: Annotated[str | None, typer.Option("--format", help="Print the level tables as md, csv or json, "
+                                            "or the levels as vLLM bench result objects (vllm-json, one "
+                                            "per line; plateau import reads them back).")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the --format tables to "
                                                 "this file instead of stdout.")] = None,
 ) -> None:
     """Report saved results: HTML with plots, PNG images, or md/csv/json tables."""
-    if fmt is not None and fmt not in FORMATS:
-        raise ConfigError(f"unknown --format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if fmt is not None and fmt not in (*FORMATS, "vllm-json"):
+        raise ConfigError(f"unknown --format {fmt!r}: choose one of {', '.join(FORMATS)}, vllm-json")
     if output is not None and fmt is None:
         raise ConfigError("--output writes the --format tables: give --format md, csv or json too")
     # Refuse an unwritable destination before spending time on loading and drawing.
@@ -49,7 +61,7 @@ def report_cmd(
         for path in write_pngs(runs, png_dir):
             typer.echo(f"wrote {path}", err=True)
     if fmt is not None:
-        text = render_table(runs, fmt)
+        text = _vllm_json(runs) if fmt == "vllm-json" else render_table(runs, fmt)
         if output is not None:
             write_text(output, text)
             typer.echo(f"wrote {output}", err=True)

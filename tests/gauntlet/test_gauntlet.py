@@ -1,0 +1,142 @@
+"""The diagnosis gauntlet: random engines swept in virtual time, every verdict scored against the engine's own record.
+
+Scenarios (``harness.make_scenario``): random engine configurations (cap 4-4096, KV cache from a few
+sequences to plenty, token budget 2k-16k, step-time coefficients t0 2-20 ms, a 0.02-0.5 ms/sequence,
+b 5-60 us/prompt token, c 0-30 ns/KV token, vLLM-style mixed or SGLang-style prefill-first scheduling),
+workloads (prompts 32-8192 and outputs 4-2048 tokens, length spread 0-90 %), steady or burst levels,
+with or without per-chunk token times, in seven rotating families (cap, KV, KV below a reachable cap,
+compute, prefill-heavy, unsaturated, free). Each is swept with the adaptive search in virtual time
+(levels three request lifetimes long, within 12-60 s) and diagnosed in three arms:
+
+* **client**: the levels as a client alone measures them (no /metrics);
+* **metrics**: with the server telemetry a 0.5 s scrape of vLLM's ``/metrics`` would give (running,
+  waiting, KV usage, preemptions, token counters, KV capacity), built from the engine's own state;
+* **spike**: client alone, with a healthy load-generator record on every level and one CPU and
+  event-loop spike (97 % CPU at its peak, 75 ms lag p99, 18 % CPU on average) on the top level.
+
+**The oracle** (``harness.oracle``): what the engine itself says bound it. Over the measurement window
+of the sweep's top level (its highest concurrency), the engine's probe (``sim.probe``) gives the share
+of time waiting requests were kept out by the cap, by the KV cache (the next request's blocks did not
+fit, or the step evicted running requests), by the token budget, or by nothing (nobody waited), and
+the share of the engine's busy time spent on prompt tokens. The same sweep is repeated with the cap
+doubled, and, where the KV cache held requests out, with the KV cache doubled. Then, in order:
+
+1. **not_saturated** when the top level's throughput beats its doubling partner's by >= 5 % and nobody
+   waited for at least half the window. Below a 15 % gain the step-bound class (4.) is accepted too: a
+   plateau finder that allows for measurement noise may rightly call such a doubling flat.
+2. **Admission limits** when the cap and KV shares add up to >= 0.5: the primary is the larger of the
+   two (``admission_cap`` or ``kv_capacity``); the other one is the secondary when its share is >= 0.15
+   and is accepted as the verdict too when it is >= 0.35 (both bind about equally). When doubling the
+   primary limit raises the plateau by less than 15 %, the limit binds but relaxing it barely helps:
+   the step-bound class is accepted too.
+3. **Token budget** (share >= 0.5): ``prefill`` (requests wait for prompt tokens to be processed;
+   ``compute`` is accepted too when prefill takes under half the busy time).
+4. **Step-bound**: ``prefill`` when prompt tokens take >= 50 % of the busy time, else ``compute``;
+   both are accepted between 35 % and 65 %.
+
+A verdict is **correct** when its constraint is in the accepted set, and **high-confidence wrong** when
+it is not but says ``high``. **What-ifs**: every verdict that states ``predicted_throughput_doubled_cap``
+is compared with the plateau the engine reaches in the same sweep with the cap doubled.
+
+Acceptance (the full gauntlet, ``slow``): >= 95 % correct over all arms, no high-confidence wrong verdict,
+every what-if within 25 %. ``bench/gauntlet.py`` prints the same tables (accuracy per class and arm, the
+confusion matrix). The inner loop runs one scenario per family and the three failure families that
+started this work (a KV cache that binds below a reachable cap, a prefill-heavy workload seen by the
+client alone, one load-generator spike on a level that delivers the plateau).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+from gauntlet.harness import (
+    ARMS,
+    WHAT_IF_TOLERANCE,
+    Case,
+    Scenario,
+    Score,
+    judge,
+    scenarios,
+    simulate,
+)
+from plateau_bench.sim.config import EngineConfig
+from plateau_bench.sim.presets import get_preset
+from plateau_bench.sim.step_model import StepModel
+from plateau_bench.spec import WorkloadSpec
+
+FULL = 210          # scenarios in the full gauntlet: 30 per family
+SEED = 0
+
+
+def _scenario(config: EngineConfig, prompt: int, output: int, *, mode: str = "steady", chunks: bool = False,
+              max_c: int = 4096, spread: float = 0.0) -> Scenario:
+    return Scenario(-1, "fixed", config, WorkloadSpec(input_len=prompt, output_len=output, range_ratio=spread),
+                    mode, max_c, chunks)
+
+
+def test_kv_binding_below_a_reachable_cap_is_named_kv_with_the_cap_second() -> None:
+    # 48 slots, but the cache holds ~30 sequences of 64 + 512 tokens: the running count touches 48 at
+    # ramp-up and the cache preempts from then on.
+    config = EngineConfig(name="kv-under-cap", step=StepModel(t0=5e-3, a=0.05e-3, b=10e-6, c=5e-9), max_num_seqs=48,
+                          max_num_batched_tokens=4096, kv_tokens=12_000)
+    case = simulate(_scenario(config, 64, 512))
+    assert case.oracle.primary == "kv_capacity"
+    for outcome in judge(case):
+        v = outcome.verdict
+        assert v.constraint == "kv_capacity", (outcome.arm, v)
+        assert not (v.constraint == "admission_cap" and v.confidence == "high")
+        if v.predicted_throughput_doubled_cap is not None:
+            assert outcome.what_if_error is not None and abs(outcome.what_if_error) <= WHAT_IF_TOLERANCE
+        assert any("need" in w or "twice" in w for w in v.what_if), v.what_if
+
+
+def test_a_prefill_heavy_workload_seen_by_the_client_alone_is_prefill_bound() -> None:
+    case = simulate(_scenario(get_preset("llama-8b-h100"), 4096, 32, max_c=1024))
+    assert case.oracle.primary == "prefill"
+    client = next(o for o in judge(case, ("client",)))
+    assert client.verdict.constraint == "prefill", client.verdict
+    assert not any("KV" in e for e in client.verdict.evidence)
+    assert any("--max-num-batched-tokens" in s or "budget" in s for s in client.verdict.suggestions)
+
+
+def test_one_load_generator_spike_on_a_level_that_delivers_the_plateau_is_not_the_limit() -> None:
+    case = simulate(_scenario(get_preset("tiny"), 64, 64, mode="burst"))
+    for outcome in judge(case):
+        assert outcome.verdict.constraint == "admission_cap", (outcome.arm, outcome.verdict)
+        assert outcome.verdict.estimated_cap == 32
+
+
+def test_one_scenario_per_family() -> None:
+    cases = [simulate(s) for s in scenarios(7, SEED, start=1)]   # #1-#7: one of each family, ~2 s
+    score = Score([o for case in cases for o in judge(case)])
+    correct, total = score.accuracy()
+    assert correct >= total - 1, score.table()
+    assert not score.high_wrong(), score.table()
+    assert not score.what_if_misses(), score.table()
+
+
+def _simulate_all(n: int, seed: int) -> list[Case]:
+    jobs = min(int(os.environ.get("GAUNTLET_JOBS", "2")), os.cpu_count() or 1)
+    todo = scenarios(n, seed)
+    if jobs <= 1:
+        return [simulate(s) for s in todo]
+    with ProcessPoolExecutor(jobs) as pool:
+        return list(pool.map(simulate, todo, chunksize=4))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_the_full_gauntlet_meets_its_acceptance() -> None:
+    cases = _simulate_all(FULL, SEED)
+    score = Score([o for case in cases for o in judge(case)])
+    print(score.table())
+    correct, total = score.accuracy()
+    assert total == FULL * len(ARMS)
+    assert correct >= 0.95 * total, score.table()
+    assert not score.high_wrong(), "\n".join(f"{o.scenario.describe()} {o.arm}: {o.verdict.headline}"
+                                            for o in score.high_wrong())
+    assert not score.what_if_misses(), "\n".join(f"{o.scenario.describe()} {o.arm}: {o.what_if_error:+.0%}"
+                                                 for o in score.what_if_misses())

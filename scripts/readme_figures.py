@@ -59,6 +59,7 @@ class Block:
     excerpt_from: str | None = None  # show each output from its first line starting with this
     # Looser (rel, abs) for the numbers of lines containing a key, where a figure is real-time noise.
     loose: tuple[tuple[str, float, float], ...] = ()
+    spare: int = 0  # figures only one side may have (a clause a real-time run prints only sometimes)
     figure: Callable[[], str] | None = None  # a figure block's content; None for a command block
 
 
@@ -158,7 +159,7 @@ BLOCKS = {
         Block("demo-sweep", "`plateau sweep` with no URL: the embedded simulated engine, in real time (~75 s)",
               rel=0.15, abs=3.0, slow=True, excerpt_from="Plateau:",
               # TTFT at the cap has no queueing in it: milliseconds of scheduling noise (11-21 ms measured).
-              loose=(("TTFT p50 grew", 1.0, 15.0),)),
+              loose=(("TTFT p50 grew", 1.0, 15.0),), spare=2),
         Block("sim-a", "Run A replayed in the simulated engine, then diagnosed (virtual time, seconds)",
               rel=0.01, abs=0.01),
         Block("sweep-efficiency", "bench/sweep_efficiency.py: adaptive sweep vs the grid (virtual time, ~2 min)",

@@ -129,6 +129,7 @@ def test_url_passwords_and_named_secret_headers_never_reach_output_or_results(tm
     assert "***" in (out / "result.json").read_text()
 
 
+@pytest.mark.slow
 def test_gpu_metrics_from_a_dcgm_exporter_are_summarised_per_level(tmp_path: Path) -> None:
     import http.server
     import threading

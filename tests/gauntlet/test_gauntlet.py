@@ -109,6 +109,7 @@ def test_one_load_generator_spike_on_a_level_that_delivers_the_plateau_is_not_th
         assert outcome.verdict.estimated_cap == 32
 
 
+@pytest.mark.slow
 def test_one_scenario_per_family() -> None:
     cases = [simulate(s) for s in scenarios(7, SEED, start=1)]   # #1-#7: one of each family, ~2 s
     score = Score([o for case in cases for o in judge(case)])

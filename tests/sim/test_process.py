@@ -49,6 +49,7 @@ _PARENT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @posix_only
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_the_child_ends_when_its_parent_dies(sig: signal.Signals) -> None:
@@ -115,6 +116,7 @@ async def test_stopping_the_in_process_server_with_open_streams_is_prompt() -> N
     await session.close()
 
 
+@pytest.mark.slow
 @posix_only
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 async def test_a_signal_stops_serve_sim_within_2_s_with_open_streams(sig: signal.Signals) -> None:

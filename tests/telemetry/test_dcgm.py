@@ -241,6 +241,7 @@ async def test_stop_right_after_start_still_reads_once(metrics_server: Start) ->
     (MetricsPlan(metrics=lambda i: golden("vllm_v1.prom")), "no DCGM GPU metrics"),
     (MetricsPlan(metrics=lambda i: golden("dcgm_h100_node_a.prom"), hang_s=2.0), "no answer from"),
 ])
+@pytest.mark.slow
 async def test_unusable_exporters_are_notes_not_exceptions(metrics_server: Start, plan: MetricsPlan,
                                                            reason: str) -> None:
     server = await metrics_server(plan)

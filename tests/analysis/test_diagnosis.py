@@ -319,3 +319,16 @@ def test_the_terminal_and_html_verdicts_show_both_limits() -> None:
     assert "To tell them apart: enable /metrics" in text
     page = _verdict(ReportRun(name="r", path=Path("r"), result=ResultFile(verdict=v)))
     assert "also binding: admission cap" in page and "What would tell them apart" in page and "<h4>GPUs</h4>" in page
+
+
+def test_gpu_figures_reach_the_verdict() -> None:
+    from plateau_bench.result import GpuMetrics
+
+    levels = capped_levels()
+    for lv in levels[-4:]:
+        lv.gpu_metrics = GpuMetrics(gpus=8, nodes=1, power_w_mean=235.0, power_limit_w=600.0, power_share=0.39,
+                                    sm_active=0.30, gpu_util=0.55, samples=20)
+    v = diagnose(levels)
+    assert v.constraint == "admission_cap"
+    assert v.gpu_evidence and any("39" in line for line in v.gpu_evidence), v.gpu_evidence
+    assert diagnose(capped_levels()).gpu_evidence == []

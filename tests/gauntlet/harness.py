@@ -373,6 +373,9 @@ class Score:
         cells = [f"{c}/{n} ({c / n:.1%})" if n else "-" for c, n in (self.accuracy(a) for a in (*ARMS, None))]
         lines.append(f"{'overall':15s}" + "".join(f"{c:>16s}" for c in cells[:-1]) + f"{cells[-1]:>18s}")
         lines.append(f"high-confidence wrong: {len(self.high_wrong())}")
+        strict = sum(o.verdict.constraint == o.oracle.primary for o in self.outcomes)
+        lines.append(f"strict (the verdict names the oracle's primary): {strict}/{len(self.outcomes)} "
+                     f"({strict / max(1, len(self.outcomes)):.1%})")
         several = sum(len(o.oracle.accepted) > 1 for o in self.outcomes)
         lines.append(f"verdicts whose oracle accepts more than one class (limits that bind together, grey zones): "
                      f"{several}/{len(self.outcomes)}")

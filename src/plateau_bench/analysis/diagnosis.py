@@ -24,14 +24,12 @@ because an earlier one makes the later figures meaningless:
 5. **Step time** (``diagnosis_compute``): prefill-bound when prompt tokens take most of the engine's
    time (measured from TTFT at the lowest level), else compute / bandwidth saturation.
 
-GPU figures (DCGM), when recorded, are summarized by ``analysis.gpu`` into ``gpu_evidence``.
+GPU figures (DCGM), when recorded, are read by ``analysis.gpu`` into ``gpu_evidence`` for the constraint named.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Sequence
-from typing import cast
+from collections.abc import Sequence
 
 from plateau_bench.analysis.diagnosis_cap import CapSign, cap_signature, cap_what_if
 from plateau_bench.analysis.diagnosis_client import STALL_MS, errors, load_generator
@@ -47,6 +45,7 @@ from plateau_bench.analysis.diagnosis_common import (
 )
 from plateau_bench.analysis.diagnosis_compute import PREFILL_BOUND, compute_verdict, prefill_estimate, prefill_verdict
 from plateau_bench.analysis.diagnosis_kv import KvSign, kv_needed, kv_signature
+from plateau_bench.analysis.gpu import gpu_evidence
 from plateau_bench.analysis.open_loop import open_loop_verdict
 from plateau_bench.analysis.plateau import Point, find_knee, find_plateau
 from plateau_bench.result import Confidence, Knee, LevelResult, Plateau, RateSummary, Verdict
@@ -54,6 +53,7 @@ from plateau_bench.result import Confidence, Knee, LevelResult, Plateau, RateSum
 __all__ = ["ENGINE_FLAGS", "STALL_MS", "diagnose"]
 
 PREFILL_FIRST = 0.7    # client alone: prefill above this share explains a pinned peak and stalls
+PREFILL_UNSURE = 0.35  # prefill above this share: a token budget may hold the running count, not a cap
 WHAT_IF_RANGE = 0.25   # client alone: the largest gain a cap what-if states as one number
 STILL_GROWING = 0.10   # a last doubling gaining this much leaves the plateau unsure
 
@@ -132,7 +132,7 @@ def _cap_confidence(s: Sweep, sign: CapSign, *, client: bool) -> Confidence:
     fill = 0.85 if client else 0.8
     clear = sign.server_agrees or sign.stated or (len(sign.pinned) >= 2 and sign.tpot_flat and sign.fill >= fill
                                                   and (not client or output >= prompt))
-    if not client and s.prefill_share >= PREFILL_BOUND and not sign.stated:
+    if s.prefill_share >= PREFILL_UNSURE and not sign.stated:
         clear = False   # a token budget spent on prompts also holds the running count
     return "high" if clear else "medium"
 
@@ -207,19 +207,6 @@ def _still_growing(s: Sweep, v: Verdict) -> None:
                          "plateau may not be reached yet")
 
 
-def _gpu_evidence(levels: Sequence[LevelResult], v: Verdict) -> None:
-    """What the GPUs showed, from ``analysis.gpu`` (DCGM) when it provides ``gpu_evidence``."""
-    try:
-        module = importlib.import_module("plateau_bench.analysis.gpu")
-    except ImportError:
-        return
-    found = getattr(module, "gpu_evidence", None)
-    if found is None:
-        return
-    evidence = cast(Callable[[Sequence[LevelResult], str], list[str]], found)
-    v.gpu_evidence = evidence(levels, v.constraint)
-
-
 def diagnose(levels: Sequence[LevelResult], *, engine: str | None = None, plateau_gain: float = 0.05,
              plateau: Plateau | None = None, knee: Knee | None = None,
              open_loop: RateSummary | None = None) -> Verdict:
@@ -230,7 +217,7 @@ def diagnose(levels: Sequence[LevelResult], *, engine: str | None = None, platea
     open loop can show when neither fired.
     """
     v = _verdict(levels, engine, plateau_gain, plateau, knee, open_loop)
-    _gpu_evidence(levels, v)
+    v.gpu_evidence = gpu_evidence(levels, v.constraint)
     return v
 
 

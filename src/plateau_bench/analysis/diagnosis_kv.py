@@ -11,8 +11,8 @@ Client alone (each sign is also produced by something else, so they are weighed 
 * **spread**: per-request TPOT p99 well above p50. In one batch every request gets a token per step,
   so TPOT is the same for all; a preempted request waits in the queue and is recomputed, and its TPOT
   carries that wait.
-* **thrash**: throughput *falls* as concurrency grows (steady levels): more requests, more
-  preemption, more recomputation. A cap or a compute limit keeps it flat.
+* **thrash**: throughput *falls* as concurrency grows (>= 15 % on steady windows, >= 50 % on whole-level
+  ones): more requests, more preemption, more recomputation. A cap or a compute limit keeps it flat.
 * **stalls**: an inter-token gap hundreds of times the median (the recompute wait, seen in chunk times).
 * **sag**: requests queue (the most decoding at once stays well below C) yet the time-average batch
   sits far below its own peak, and the peak moves between levels: no fixed cap holds it.
@@ -79,13 +79,17 @@ class KvSign:
 
 
 def _thrash(s: Sweep) -> str | None:
-    """Throughput falling as concurrency grows on the plateau: >= 15 % on a steady level, >= 30 % on any."""
+    """Throughput falling as concurrency grows on the plateau: >= 15 % on a steady window, >= 50 % on a whole
+    level (its window includes ramp-up and drain, which long prompts stretch: with a prefill-heavy workload
+    only steady windows count)."""
     best = max(s.top, key=lambda lv: lv.output_throughput)
     for lv in reversed(s.top):
         if conc(lv) <= conc(best):
             break
         steady = lv.mode == "steady" and "whole level" not in lv.window_note
-        if best.output_throughput >= (1.15 if steady else 1.3) * lv.output_throughput:
+        if not steady and s.prefill_share >= 0.5:
+            continue
+        if best.output_throughput >= (1.15 if steady else 1.5) * lv.output_throughput:
             return (f"throughput falls as concurrency grows: {best.output_throughput:,.0f} tok/s at C={conc(best)}, "
                     f"{lv.output_throughput:,.0f} at C={conc(lv)} (preemption and recomputation)")
     return None

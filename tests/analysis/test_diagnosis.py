@@ -316,9 +316,9 @@ def test_the_terminal_and_html_verdicts_show_both_limits() -> None:
     text = console.export_text()
     assert "Also binding: admission cap" in text and "    - most requests decoding at once: 64" in text
     assert "GPU: GPUs at 39 % of their power limit" in text
-    assert "To tell them apart: enable /metrics" in text
+    assert "To separate them: enable /metrics" in text
     page = _verdict(ReportRun(name="r", path=Path("r"), result=ResultFile(verdict=v)))
-    assert "also binding: admission cap" in page and "What would tell them apart" in page and "<h4>GPUs</h4>" in page
+    assert "also binding: admission cap" in page and "What would separate them" in page and "<h4>GPUs</h4>" in page
 
 
 def test_gpu_figures_reach_the_verdict() -> None:

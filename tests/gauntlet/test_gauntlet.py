@@ -40,13 +40,15 @@ is compared with the plateau the engine reaches in the same sweep with the cap d
 
 Acceptance (the full gauntlet, ``slow``): >= 95 % correct over all arms, no high-confidence wrong verdict,
 every what-if within 25 %. ``bench/gauntlet.py`` prints the same tables (accuracy per class and arm, the
-confusion matrix). The inner loop runs one scenario per family and the three failure families that
-started this work (a KV cache that binds below a reachable cap, a prefill-heavy workload seen by the
-client alone, one load-generator spike on a level that delivers the plateau).
+confusion matrix). The inner loop runs the three failure families that started this work (a KV cache that
+binds below a reachable cap, a prefill-heavy workload seen by the client alone, one load-generator spike
+on a level that delivers the plateau) and a burst grid with no low level; one scenario per family
+(~2 s) and the full run are marked slow.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from concurrent.futures import ProcessPoolExecutor
 
@@ -64,8 +66,11 @@ from gauntlet.harness import (
 )
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.presets import get_preset
+from plateau_bench.sim.runner import VirtualLevelRunner
 from plateau_bench.sim.step_model import StepModel
 from plateau_bench.spec import WorkloadSpec
+from plateau_bench.sweep.loop import run_plan
+from plateau_bench.sweep.plan import ConcurrencyPlan
 
 FULL = 210          # scenarios in the full gauntlet: 30 per family
 SEED = 0
@@ -100,6 +105,17 @@ def test_a_prefill_heavy_workload_seen_by_the_client_alone_is_prefill_bound() ->
     assert client.verdict.constraint == "prefill", client.verdict
     assert not any("KV" in e for e in client.verdict.evidence)
     assert any("--max-num-batched-tokens" in s or "budget" in s for s in client.verdict.suggestions)
+
+
+def test_a_grid_without_a_low_level_gives_no_prefill_reading() -> None:
+    # The first reference story: a burst grid from C=256 only. TTFT there is a whole batch's prefill and
+    # queueing, not one prompt's cost, so it says nothing about the prefill share: the cap stays the verdict.
+    runner = VirtualLevelRunner(get_preset("seed-a-tp8ep"), WorkloadSpec(input_len=128, output_len=512))
+    plan = ConcurrencyPlan(mode="burst", concurrencies=(256, 512, 768, 1024))
+    _, result = asyncio.run(run_plan(runner, plan))
+    assert result.verdict is not None
+    assert result.verdict.constraint == "admission_cap" and result.verdict.confidence == "high"
+    assert result.verdict.estimated_cap == 256 and result.verdict.secondary is None
 
 
 def test_one_load_generator_spike_on_a_level_that_delivers_the_plateau_is_not_the_limit() -> None:

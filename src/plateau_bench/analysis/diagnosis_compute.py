@@ -3,7 +3,7 @@
 * **Compute / bandwidth saturation**: the decoding batch keeps rising with C but TPOT rises in
   proportion, so batch / TPOT (throughput) flattens.
 * **Prefill-bound**: most of the engine's time goes to prompt tokens. The client measures it without
-  /metrics (``prefill_estimate``): at the lowest level a request's TTFT is its prefill plus about one
+  /metrics (``prefill_estimate``): at the lowest level (C=1 or 2) a request's TTFT is its prefill plus about one
   step and its TPOT is one step, so ``(TTFT - TPOT) / prompt tokens`` is the cost of a prompt token;
   times the prompt tokens the plateau processes per second (total minus output throughput) it is the
   share of each second the engine spends on prefill. Decode stalls behind big prefill chunks (ITL
@@ -28,12 +28,15 @@ from plateau_bench.result import Confidence, LevelResult, Verdict
 
 PREFILL_BOUND = 0.5       # prefill share of the engine's time that makes it the limit
 PREFILL_UNSURE = (0.35, 0.65)
+LOWEST_C = 2              # the prefill cost is read from a level of at most this concurrency
 
 
 def prefill_estimate(levels: list[LevelResult], top: list[LevelResult]) -> Prefill | None:
+    """The prefill share, from the lowest level when it ran one or two requests at a time (else None:
+    with more, requests arrive together and are prefilled together or queue, and TTFT says neither)."""
     low = levels[0]
     prompt, _ = mean_lengths(low)
-    if prompt <= 0 or low.ttft_ms.p50 is None or not top:
+    if prompt <= 0 or low.ttft_ms.p50 is None or not top or conc(low) > LOWEST_C:
         return None
     per_token_ms = max(0.0, low.ttft_ms.p50 - (low.tpot_ms.mean or 0.0)) / prompt
     last = top[-1]
@@ -62,7 +65,7 @@ def _prefill_evidence(s: Sweep, pre: Prefill) -> list[str]:
 
 
 def prefill_verdict(s: Sweep, pre: Prefill) -> Verdict:
-    unsure = pre.share < PREFILL_UNSURE[1] or pre.measured_at > 4
+    unsure = pre.share < PREFILL_UNSURE[1] or pre.measured_at > 1
     confidence: Confidence = "medium" if unsure else "high"
     budget = flag(s.engine, "prefill") or GENERIC_PREFILL
     v = Verdict(
@@ -75,7 +78,7 @@ def prefill_verdict(s: Sweep, pre: Prefill) -> Verdict:
     if unsure:
         v.to_separate.append("sweep with shorter prompts (e.g. a quarter of --input-len): a prefill-bound plateau "
                              "rises with them, a decode-bound one barely moves")
-    if pre.measured_at > 4:
+    if pre.measured_at > 1:
         v.to_separate.append(f"measure C=1 too: the per-token prefill cost was read at C={pre.measured_at}")
     return v
 

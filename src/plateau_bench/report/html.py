@@ -152,7 +152,7 @@ def _verdict(run: ReportRun) -> str:
     secondary = f"Also binding: {v.secondary.replace('_', ' ')}" if v.secondary else ""
     for lines, title in ((v.evidence, "Evidence"), (v.secondary_evidence, secondary), (v.gpu_evidence, "GPUs"),
                          (v.what_if, "What if"), (v.suggestions, "What to try"),
-                         (v.to_separate, "What would tell them apart")):
+                         (v.to_separate, "What would separate them" if v.secondary else "What would confirm it")):
         body = _list(lines)
         if body:
             parts.append(f"<h4>{_esc(title)}</h4>{body}")

@@ -178,7 +178,7 @@ def verdict_text(verdict: Verdict) -> Text:
         out.append("  Try: ", style="bold")
         out.append(f"{line[4:] if line.startswith('try ') else line}\n")
     for line in verdict.to_separate:
-        out.append("  To tell them apart: ", style="bold")
+        out.append("  To separate them: " if verdict.secondary else "  To confirm: ", style="bold")
         out.append(f"{line}\n")
     out.rstrip()
     return out

@@ -243,7 +243,8 @@ async def _client_burst(url: str, c: int, tokens: int, itl_ms: float, ttft_ms: f
 
 
 # Stages of a request's way out, as (name, stamp it ends at); consecutive stamps, so the stages
-# add up to the send path (client "sent" -> the server's first byte of the request).
+# add up to the way from the start of the send to the server's first byte of the request (the
+# client's sent_ns falls inside it, at the write).
 _STAGES = (
     ("aiohttp sets the request up (pooled: to the conn.)", "tcp_start"),
     ("TCP connect: socket, handshake, task resumed", "tcp_sock"),
@@ -267,13 +268,16 @@ def _send_path(records: list[RequestRecord], stamps: list[dict[str, int]], logs:
         srv = logs.get(key(rec.index))
         if not rec.ok or srv is None or len(srv["chunks"]) != len(rec.chunk_ns) or rec.connect_ns is None:
             continue
-        sent, ready = rec.sent_ns, rec.sent_ns + rec.connect_ns
+        # Stages run from the start of the send (connect_ns counts from there); the paths from the
+        # recorded sent_ns, which the client stamps when the request's bytes go to the kernel.
+        start = st.get("start", rec.sent_ns)
+        sent, ready = rec.sent_ns, start + rec.connect_ns
         new = "tcp_start" in st and "conn_made" in st
         t = {"tcp_start": st["tcp_start"], "tcp_sock": st["tcp_sock"], "conn_made": st["conn_made"]} if new \
             else {"tcp_start": ready, "tcp_sock": ready, "conn_made": ready}  # pooled: all in the first stage
         t |= {"ready": ready, "headers": st.get("headers", ready), "written": st.get("written", ready),
               "first_byte": srv["first_byte"]}
-        edges = [sent] + [t[name] for _, name in _STAGES]
+        edges = [start] + [t[name] for _, name in _STAGES]
         stages = np.diff(np.asarray(edges, dtype=np.int64)) / MS
         rows.append([*stages, (srv["first_byte"] - sent) / MS, (srv["handler"] - sent) / MS,
                      (rec.chunk_ns[0] - srv["chunks"][0]) / MS, (srv["handler"] - srv["first_byte"]) / MS,
@@ -369,11 +373,12 @@ async def _part2(url: str, port: int, quick: bool, tokens_paced: int, figures: d
             print(f"                target at C=512 on both paths (mean <= 2 ms, p99 <= 10 ms): "
                   f"{'met' if met else 'NOT met'}")
 
-    print("\n   the send path (client sent -> server first byte) by stage: mean ms (share of the path);"
+    print("\n   the way out (start of the send -> server first byte) by stage: mean ms (share of it); the client"
+          "\n   stamps sent_ns at the write, so what precedes it is send lag, not TTFT;"
           "\n   'lone' is the median of a lone request (C=1), the stage's own cost without a crowd")
     print(f"     {'stage':49s}" + "".join(f"{f'C={run}':>17s}" for run in per_c) + "      lone")
     means = {run: res["rows"][:, :n].mean(axis=0) for run, res in per_c.items()}
-    totals = {run: res["send"]["mean"] for run, res in per_c.items()}
+    totals = {run: float(res["rows"][:, :n].sum(axis=1).mean()) for run, res in per_c.items()}
 
     def line(label: str, values: dict[str, float], lone_value: float) -> None:
         cells = "".join(f"{v:9.2f} ({v / totals[run]:4.0%})" for run, v in values.items())

@@ -36,7 +36,7 @@ _saved: dict[str, Any] = {}
 
 async def probed(send: Callable[[], Awaitable[T]]) -> tuple[T, dict[str, int]]:
     """Run ``send()`` (one request, in its own task) and return its result with its stamps."""
-    stamps: dict[str, int] = {}
+    stamps: dict[str, int] = {"start": time.monotonic_ns()}   # when the send begins (the stages' origin)
     _PROBE.set(stamps)
     result = await send()
     return result, stamps

@@ -6,12 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+
 from conftest import DATA, run_cli
-
 from plateau_bench.store import load_requests, load_result
-
-TABLE_CAP_PATH = ("the diagnosis reads a cap from peak_decoding, which a table cannot have; a table-aware path is "
-                  "needed (burst waves in wall_s, achieved concurrency below C, plateau start)")
 
 
 def _import(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> Path:
@@ -39,7 +36,6 @@ def test_a_table_alone_never_gives_a_high_confidence_verdict(tmp_path: Path, cap
     assert _verdict(out, capsys)["confidence"] != "high"
 
 
-@pytest.mark.xfail(strict=True, reason=TABLE_CAP_PATH)
 def test_run_a_table_diagnoses_the_256_cap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = _import(tmp_path, capsys, str(DATA / "run_a.md"), "--output-len", "512")
     verdict = _verdict(out, capsys)
@@ -48,7 +44,6 @@ def test_run_a_table_diagnoses_the_256_cap(tmp_path: Path, capsys: pytest.Captur
     assert any("waves" in str(e) for e in verdict["evidence"])  # type: ignore[attr-defined]
 
 
-@pytest.mark.xfail(strict=True, reason=TABLE_CAP_PATH)
 def test_run_b_table_diagnoses_the_1024_cap(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = _import(tmp_path, capsys, str(DATA / "run_b.md"), "--input-len", "128", "--output-len", "128")
     verdict = _verdict(out, capsys)

@@ -45,6 +45,7 @@ from plateau_bench.analysis.diagnosis_common import (
 )
 from plateau_bench.analysis.diagnosis_compute import PREFILL_BOUND, compute_verdict, prefill_estimate, prefill_verdict
 from plateau_bench.analysis.diagnosis_kv import KvSign, kv_needed, kv_signature
+from plateau_bench.analysis.diagnosis_table import summaries_only, summary_verdict
 from plateau_bench.analysis.gpu import gpu_evidence
 from plateau_bench.analysis.open_loop import open_loop_verdict
 from plateau_bench.analysis.plateau import Point, find_knee, find_plateau
@@ -252,4 +253,6 @@ def _verdict(levels: Sequence[LevelResult], engine: str | None, plateau_gain: fl
         )
     top = [lv for lv in lvls if conc(lv) >= plateau.concurrency] or lvls[-1:]
     sweep = Sweep(lvls, plateau, knee or find_knee(points, plateau), engine, top, prefill_estimate(lvls, top))
+    if summaries_only(sweep):
+        return summary_verdict(sweep)
     return _limits(sweep)

@@ -51,6 +51,7 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     warmup: bool = False
     usage_tokens: int | None = None
     connect_ns: int | None = None
+    retry_after_s: float | None = None   # the server's Retry-After (seconds) on a refused request
 
     @property
     def ok(self) -> bool:

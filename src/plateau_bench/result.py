@@ -134,6 +134,8 @@ class LevelResult(msgspec.Struct, kw_only=True):
     failed: int = 0                # failed by class (``errors``), hung included
     hung: int = 0                  # still in flight after the level's grace period
     errors: dict[str, int] = msgspec.field(default_factory=dict)
+    http_statuses: dict[str, int] = msgspec.field(default_factory=dict)   # status -> failed requests with it
+    retry_after_s_max: float | None = None   # the longest Retry-After the server asked for
     dominant_error: str | None = None
     level_failed: bool = False
     token_mismatches: int = 0      # requests whose usage report claimed more tokens than streamed

@@ -178,3 +178,19 @@ def test_report_exports_vllm_json_that_import_reads_back(tmp_path: Path) -> None
     original = json.loads((sim / "result.json").read_text())["levels"]
     for a, b in zip(original, back, strict=True):
         assert b["output_throughput"] == pytest.approx(a["output_throughput"], rel=1e-6)
+
+
+def test_refusals_are_counted_by_status_with_the_retry_after_asked(tmp_path: Path) -> None:
+    from plateau_bench.sim.embed import start_sim_server
+    from plateau_bench.sim.faults import parse_faults
+    from plateau_bench.sim.presets import get_preset
+
+    out = tmp_path / "run"
+    with start_sim_server(get_preset("tiny"), faults=parse_faults("http_429=0.5,http_500=0.5,retry_after_s=7")) as twin:
+        code, output = invoke("run", "--url", twin.url, "--concurrency", "4", "--num-requests", "12",
+                              "--output-len", "4", "--out", str(out), "--quiet")
+    assert code == 1, output
+    (level,) = json.loads((out / "result.json").read_text())["levels"]
+    assert sum(level["http_statuses"].values()) == 12 and set(level["http_statuses"]) <= {"429", "500"}
+    assert level["retry_after_s_max"] == 7
+    assert "HTTP statuses: " in output and "Retry-After" in output

@@ -171,9 +171,15 @@ def errors(levels: Sequence[LevelResult]) -> Verdict | None:
     named = ", ".join(n for k, n in (("http_429", "429 rate limited"), ("http_5xx", "5xx"), ("timeout", "timeouts"),
                                      ("connect", "refused connections")) if k in kinds)
     what = "requests hang" if first.dominant_error == "hung" else "errors / rate limiting"
-    if "http_5xx" in kinds:
-        ev.append("5xx lumps 503 (overloaded) with 500 (failed): requests.jsonl keeps each request's HTTP status "
-                  "and message")
+    statuses: Counter[str] = Counter()
+    for lv in bad:
+        statuses.update(lv.http_statuses)
+    if statuses:
+        ev.append("HTTP statuses: " + ", ".join(f"{code} x{n}" for code, n in statuses.most_common())
+                  + (" (503: the server is overloaded and says so)" if "503" in statuses else ""))
+    retry = max((lv.retry_after_s_max for lv in bad if lv.retry_after_s_max is not None), default=None)
+    if retry is not None:
+        ev.append(f"the server asked clients to retry after up to {retry:g} s (Retry-After)")
     suggestions = ["check the server log for the rejected or unanswered requests"]
     if "http_429" in kinds:
         suggestions.insert(0, f"the server (or a gateway before it) rejects load above its limit: raise the rate or "

@@ -248,6 +248,9 @@ def _failures(measured: Sequence[RequestRecord]) -> dict[str, object]:
         "level_failed": bool(measured) and failed / len(measured) >= LEVEL_FAILED_SHARE,
         "failed_output_tokens": sum(r.output_tokens for r in measured if r.error is not None),
         "token_mismatches": sum(1 for r in measured if r.token_mismatch),
+        "http_statuses": dict(Counter(str(r.http_status) for r in measured
+                                      if r.error is not None and r.http_status not in (None, 200))),
+        "retry_after_s_max": max((r.retry_after_s for r in measured if r.retry_after_s is not None), default=None),
     }
 
 

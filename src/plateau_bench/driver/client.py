@@ -80,7 +80,7 @@ class _InFlight:
     """One request in flight: its connection time, its answer so far, and how it failed, if it did."""
 
     __slots__ = ("acc", "clock", "content_type", "cut", "detail", "error", "prompt_tokens", "ready_ns",
-                 "scheduled_ns", "sent_ns", "start_ns", "status", "t0", "warmup", "worker", "written")
+                 "retry_after", "scheduled_ns", "sent_ns", "start_ns", "status", "t0", "warmup", "worker", "written")
 
     def __init__(self, clock: Callable[[], int], t0: int, scheduled_ns: int, worker: int, warmup: bool,
                  prompt_tokens: int) -> None:
@@ -95,6 +95,7 @@ class _InFlight:
         self.start_ns = 0        # when send began
         self.sent_ns = 0         # when the request's bytes went out (see the module docstring)
         self.written = False
+        self.retry_after: float | None = None
         self.status: int | None = None
         self.error: ErrorClass | None = None
         self.detail: str | None = None
@@ -260,6 +261,7 @@ class StreamingClient:
                 async with session.post(self._url, data=body) as resp:
                     status = state.status = resp.status
                     if status != 200:
+                        state.retry_after = _seconds(resp.headers.get("Retry-After"))
                         state.error, state.detail = _http_error(status, b"")  # kept if the body is cut off
                         state.error, state.detail = _http_error(status, await resp.content.read(_ERROR_BODY_MAX))
                     else:
@@ -340,6 +342,7 @@ class StreamingClient:
             error=error.value if error is not None else None,
             error_detail=_shorten(redact(detail, self._secrets)) if detail is not None else None,
             http_status=state.status,
+            retry_after_s=state.retry_after,
             warmup=state.warmup,
             usage_tokens=counts.usage_tokens,
             connect_ns=ready_ns - state.t0 - state.start_ns if ready_ns is not None else None,
@@ -438,6 +441,15 @@ def _stream_outcome(
         f"stream ended after {output_tokens} of {max_tokens} tokens without [DONE] or "
         f"finish_reason ({how})"
     )
+
+
+def _seconds(value: str | None) -> float | None:
+    """A Retry-After given in seconds (an HTTP date, rarer, is left out)."""
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and 0 <= seconds < 1e6 else None
 
 
 def _http_error(status: int, body: bytes) -> tuple[ErrorClass, str]:

@@ -152,10 +152,13 @@ def test_errors_rate_limiting() -> None:
 def test_errors_name_the_statuses_they_saw(errors: dict[str, int], named: str) -> None:
     levels = [level(c, 100.0 * c, dec=c, peak=c, ttft=30, tpot=10) for c in (1, 2, 4, 8)]
     levels += [level(c, 900.0, dec=8, peak=8, ttft=30, tpot=10, failed=5, errors=errors) for c in (16, 32)]
+    if "http_5xx" in errors:
+        for lv in levels[-2:]:
+            lv.http_statuses = {"503": 4, "500": 1}
     v = diagnose(levels)
     assert v.constraint == "errors" and v.headline.endswith(f"({named})")
     if "http_5xx" in errors:
-        assert any("503 (overloaded)" in e for e in v.evidence)
+        assert "HTTP statuses: 503 x8, 500 x2 (503: the server is overloaded and says so)" in v.evidence
 
 
 def test_not_saturated_keeps_going() -> None:

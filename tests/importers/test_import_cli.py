@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, run_cli
 from plateau_bench.store import load_requests, load_result
+
+from conftest import DATA, run_cli
 
 
 def _import(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> Path:

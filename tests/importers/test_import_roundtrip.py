@@ -7,7 +7,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import load
 
 from plateau_bench.analysis.metrics import compute_level
 from plateau_bench.errors import ErrorClass
@@ -15,6 +14,8 @@ from plateau_bench.importers import import_sources, to_vllm_json, vllm_json_line
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import LevelResult, ResultFile, TargetRecord
 from plateau_bench.store import ResultWriter, kept_attempts, load_requests, load_result
+
+from conftest import load
 
 MS = 1_000_000
 CARRIED = ("num_requests", "completed", "failed", "output_tokens", "input_tokens", "duration_s", "wall_s",

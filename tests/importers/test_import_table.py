@@ -6,7 +6,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import DATA, load
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +16,8 @@ from plateau_bench.importers.headers import classify
 from plateau_bench.importers.table import parse_cell
 from plateau_bench.report.tables import ReportRun, to_csv
 from plateau_bench.result import LevelResult, ResultFile
+
+from conftest import DATA, load
 
 RUN_A = {256: (33.1, 3962.8, 32.88, 32.88, 32.97), 512: (65.7, 3988.1, 49.13, 65.23, 65.48),
          768: (98.5, 3991.2, 65.47, 65.50, 98.09), 1024: (131.2, 3997.0, 81.66, None, None)}

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import DATA, load
 
 from plateau_bench.errors import ConfigError
 from plateau_bench.importers import import_sources
+
+from conftest import DATA, load
 
 
 def test_vllm_v04_summary_with_its_old_keys() -> None:

@@ -59,6 +59,7 @@ from typer.testing import CliRunner
 
 from plateau_bench.cli import app
 from plateau_bench.store import load_summary
+
 from support import real_servers
 from support.real_servers import ProvisioningError, ServerHandle
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from plateau_bench.store import load_summary
+
 from support import real_servers
 from support.real_servers import ServerHandle
 

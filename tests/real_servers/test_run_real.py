@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from plateau_bench.store import load_requests
+
 from support.real_servers import ServerHandle
 
 if TYPE_CHECKING:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from plateau_bench.analysis.diagnosis import STALL_MS
+
 from support.real_servers import ServerHandle
 
 if TYPE_CHECKING:

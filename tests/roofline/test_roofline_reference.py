@@ -34,6 +34,7 @@ from plateau_bench.roofline import (
     share_of_ceiling,
 )
 from plateau_bench.roofline.model import Dtype
+
 from support.seed_runs import RUN_A, RUN_A_C1, RUN_A_C256, RUN_B, RUN_B_C1
 
 DATA = Path(__file__).parent / "data"

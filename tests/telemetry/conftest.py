@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+
 from telemetry_support import MetricsPlan, MetricsServer
 
 

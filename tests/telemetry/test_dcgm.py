@@ -13,12 +13,13 @@ import pytest
 from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from telemetry_support import MetricsPlan, MetricsServer, free_port, golden
 
 from plateau_bench.analysis.gpu import SOURCE_DCGM as ANALYSIS_SOURCE
 from plateau_bench.analysis.gpu import gpu_metrics
 from plateau_bench.telemetry import DcgmPoller, parse_dcgm
 from plateau_bench.telemetry.dcgm import FIELDS, SOURCE_DCGM, node_raw, prefilter
+
+from telemetry_support import MetricsPlan, MetricsServer, free_port, golden
 
 Start = Callable[[MetricsPlan], Any]
 LABELS = 'UUID="GPU-x",pci_bus_id="00000000:01:00.0",device="nvidia0",modelName="NVIDIA H100 80GB HBM3"'

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from telemetry_support import golden, golden_json
 
 from plateau_bench.telemetry.engines import (
     CANONICAL,
@@ -15,6 +14,8 @@ from plateau_bench.telemetry.engines import (
     kind_of,
 )
 from plateau_bench.telemetry.exposition import _WANTED, is_wanted, parse_exposition, prefilter
+
+from telemetry_support import golden, golden_json
 
 
 def mapped(name: str) -> tuple[str | None, dict[str, float], dict[str, float]]:

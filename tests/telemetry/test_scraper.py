@@ -9,11 +9,12 @@ from typing import Any
 
 import aiohttp
 import pytest
-from telemetry_support import MetricsPlan, MetricsServer, free_port, golden, golden_json
 
 from plateau_bench.errors import ScrapeError
 from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.telemetry.scraper import TelemetryScraper, default_metrics_url, info_endpoints
+
+from telemetry_support import MetricsPlan, MetricsServer, free_port, golden, golden_json
 
 Start = Callable[[MetricsPlan], Any]
 

@@ -46,7 +46,7 @@ def test_without_an_output_flag_prints_the_level_table(make_sweep: SweepFactory,
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--format", "xml"], "unknown --format 'xml': choose one of md, csv, json"),
+    (["--format", "xml"], "unknown --format 'xml': choose one of md, csv, json, vllm-json"),
     (["--output", "x.md"], "--output writes the --format tables: give --format md, csv or json too"),
 ])
 def test_bad_flags_are_one_line(make_sweep: SweepFactory, capsys: pytest.CaptureFixture[str],

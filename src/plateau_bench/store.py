@@ -27,6 +27,7 @@ import os
 import platform
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -230,46 +231,42 @@ def load_levels(path: str | Path) -> list[LevelResult]:
     return load_result(path).levels
 
 
-def load_requests(path: str | Path, level: str | None = None,
-                  attempts: dict[str, int] | None = None) -> dict[str, list[RequestRecord]]:
-    """Request records grouped by level label (optionally one level). Torn lines are skipped.
-
-    ``attempts`` (label -> attempt kept in result.json, see ``kept_attempts``) drops the records of
-    attempts that were measured again; without it every line counts.
-    """
+def _request_lines(path: str | Path) -> Iterator[RequestLine]:
+    """Every readable line of requests.jsonl (a torn last line is skipped)."""
     file = Path(path) / REQUESTS_FILE
-    out: dict[str, list[RequestRecord]] = {}
     if not file.exists():
-        return out
+        return
     decoder = msgspec.json.Decoder(RequestLine)
     with open(file, "rb") as fh:
         for line in fh:
             try:
-                item = decoder.decode(line)
+                yield decoder.decode(line)
             except msgspec.DecodeError:
                 continue
-            if level is not None and item.level != level:
-                continue
-            if attempts is not None and attempts.get(item.level, 1) != item.attempt:
-                continue
-            out.setdefault(item.level, []).append(item.record)
+
+
+def load_requests(path: str | Path, level: str | None = None,
+                  attempts: dict[str, int] | None = None) -> dict[str, list[RequestRecord]]:
+    """Request records grouped by level label (optionally one level).
+
+    ``attempts`` (label -> attempt kept in result.json, see ``kept_attempts``) drops the records of
+    attempts that were measured again; without it every line counts.
+    """
+    out: dict[str, list[RequestRecord]] = {}
+    for item in _request_lines(path):
+        if level is not None and item.level != level:
+            continue
+        if attempts is not None and attempts.get(item.level, 1) != item.attempt:
+            continue
+        out.setdefault(item.level, []).append(item.record)
     return out
 
 
 def attempts_on_disk(path: str | Path) -> dict[str, int]:
     """label -> the highest attempt that wrote request records (an interrupted one included)."""
-    file = Path(path) / REQUESTS_FILE
     out: dict[str, int] = {}
-    if not file.exists():
-        return out
-    decoder = msgspec.json.Decoder(RequestLine)
-    with open(file, "rb") as fh:
-        for line in fh:
-            try:
-                item = decoder.decode(line)
-            except msgspec.DecodeError:
-                continue
-            out[item.level] = max(out.get(item.level, 0), item.attempt)
+    for item in _request_lines(path):
+        out[item.level] = max(out.get(item.level, 0), item.attempt)
     return out
 
 

@@ -194,3 +194,16 @@ def test_refusals_are_counted_by_status_with_the_retry_after_asked(tmp_path: Pat
     assert sum(level["http_statuses"].values()) == 12 and set(level["http_statuses"]) <= {"429", "500"}
     assert level["retry_after_s_max"] == 7
     assert "HTTP statuses: " in output and "Retry-After" in output
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["sweep", "--find", "sideways", "--slo", "ttft_p99=1s"], "--find must be max-concurrency or max-rate"),
+    (["sweep", "--find", "max-rate", "--slo", "ttft_p99=1s", "--resolution", "2"], "--resolution must be in (0, 1)"),
+    (["sweep", "--find", "max-rate"], "give --slo too"),
+    (["sweep", "--find", "max-rate", "--slo", "ttft_p99=1s", "--start-rate", "-1"], "--start-rate must be > 0"),
+    (["schema", "--out", "/nonexistent/dir/schema.json"], "cannot write /nonexistent/dir/schema.json"),
+])
+def test_new_flags_answer_bad_values_in_one_line(args: list[str], fragment: str) -> None:
+    code, output = invoke(*args)
+    assert code == 2 and fragment in output and "Traceback" not in output
+    assert output.strip().count("\n") == 0

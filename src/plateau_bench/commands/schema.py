@@ -8,6 +8,7 @@ from typing import Annotated
 import msgspec
 import typer
 
+from plateau_bench.errors import ConfigError
 from plateau_bench.result import result_schema
 
 
@@ -22,7 +23,10 @@ def schema_cmd(
     if out is None:
         typer.echo(schema_text(), nl=False)
         return
-    out.write_text(schema_text())
+    try:
+        out.write_text(schema_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot write {out}: {exc.strerror or exc}") from None
     typer.echo(f"wrote {out}", err=True)
 
 

@@ -198,7 +198,8 @@ class SloSearchPlan:
         if not 0 < self.resolution < 1:
             raise ConfigError(f"--resolution must be in (0, 1) (got {self.resolution})")
         if not 0 < self.start <= self.max_load < math.inf:
-            raise ConfigError("--start must be > 0 and <= --max-concurrency")
+            names = ("--start-rate", "--max-rate") if self.open_loop else ("--start", "--max-concurrency")
+            raise ConfigError(f"{names[0]} must be > 0 and <= {names[1]}")
 
     @property
     def open_loop(self) -> bool:

@@ -189,6 +189,36 @@ class Knee(msgspec.Struct, frozen=True):
     reached: bool
 
 
+class RooflineLevel(msgspec.Struct, frozen=True, kw_only=True):
+    """One measured level against the hardware's decode ceiling at its batch."""
+
+    label: str
+    batch: float                   # decoding sequences (the server's running gauge, else the client's count)
+    output_throughput: float
+    ceiling_tok_s: float
+    share: float                   # measured / ceiling
+
+
+class RooflinePlacement(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the plateau sits against the roofline (``--roofline``; see ``analysis.roofline_place``)."""
+
+    model: str
+    hardware: str                  # "8x H100-SXM, TP=8, EP=8, FP8 weights"
+    batch: float                   # the decoding batch at the plateau's best level
+    batch_source: str              # server | client | little (output tok/s x TPOT)
+    context_tokens: float          # mean context a decoding sequence attends to (measured lengths)
+    ceiling_tok_s: float           # the roofline's decode ceiling at that batch
+    share: float                   # plateau throughput / ceiling (0.31 = 31 %)
+    binding: str                   # weights | kv | compute | interconnect | overhead: what would bind there
+    kv_capacity_tokens: int        # the KV cache the memory left after weights holds
+    kv_sequences: int              # ... in sequences of the measured context
+    text: str
+    levels: list[RooflineLevel] = msgspec.field(default_factory=list)
+    curve: list[tuple[float, float]] = msgspec.field(default_factory=list)   # (batch, ceiling tok/s), for plots
+    what_if_ceiling_tok_s: float | None = None   # the ceiling at the what-if's batch
+    what_if_capped: bool = False                 # the what-if predicted more and was lowered to the ceiling
+
+
 class Verdict(msgspec.Struct):
     """Why throughput stopped growing: the binding constraint, its evidence, what to try."""
 
@@ -204,6 +234,8 @@ class Verdict(msgspec.Struct):
     secondary_evidence: list[str] = msgspec.field(default_factory=list)
     to_separate: list[str] = msgspec.field(default_factory=list)   # measurements that would tell them apart
     gpu_evidence: list[str] = msgspec.field(default_factory=list)  # what the GPUs showed (DCGM, NVML)
+    what_if_batch: float | None = None            # the decoding batch the cap what-if assumes
+    roofline: RooflinePlacement | None = None     # where the plateau sits against the hardware (--roofline)
 
 
 class SloSummary(msgspec.Struct, frozen=True, kw_only=True):

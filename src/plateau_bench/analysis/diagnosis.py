@@ -49,7 +49,9 @@ from plateau_bench.analysis.diagnosis_table import summaries_only, summary_verdi
 from plateau_bench.analysis.gpu import gpu_evidence
 from plateau_bench.analysis.open_loop import open_loop_verdict
 from plateau_bench.analysis.plateau import Point, find_knee, find_plateau
+from plateau_bench.analysis.roofline_place import place_on_roofline
 from plateau_bench.result import Confidence, Knee, LevelResult, Plateau, RateSummary, Verdict
+from plateau_bench.roofline import Roofline
 
 __all__ = ["ENGINE_FLAGS", "STALL_MS", "diagnose"]
 
@@ -77,7 +79,7 @@ def _cap_verdict(s: Sweep, sign: CapSign, kv: KvSign, confidence: Confidence, *,
     kv_unsure = kv_unsure or (not kv.reported and what is not None
                               and what.predicted > (1 + WHAT_IF_RANGE) * s.plateau.throughput)
     if what and not kv_unsure:
-        v.predicted_throughput_doubled_cap = what.predicted
+        v.predicted_throughput_doubled_cap, v.what_if_batch = what.predicted, what.batch
         v.what_if.append(what.text)
     elif what:   # the cache may hold the batch as well: give the range, not a number
         gain = what.predicted / s.plateau.throughput - 1
@@ -210,16 +212,17 @@ def _still_growing(s: Sweep, v: Verdict) -> None:
 
 def diagnose(levels: Sequence[LevelResult], *, engine: str | None = None, plateau_gain: float = 0.05,
              plateau: Plateau | None = None, knee: Knee | None = None,
-             open_loop: RateSummary | None = None) -> Verdict:
+             open_loop: RateSummary | None = None, roofline: Roofline | None = None) -> Verdict:
     """The verdict for a sweep's levels (see the module docstring for the signatures and their order).
 
     The load-generator and error checks read every level, one alone included: a single level that
     failed or whose client stalled says so. ``open_loop`` (a rate sweep's summary) ends with what an
-    open loop can show when neither fired.
+    open loop can show when neither fired. ``roofline``: say where the plateau sits against the
+    hardware's ceiling and keep the what-if under it (``analysis.roofline_place``).
     """
     v = _verdict(levels, engine, plateau_gain, plateau, knee, open_loop)
     v.gpu_evidence = gpu_evidence(levels, v.constraint)
-    return v
+    return place_on_roofline(levels, plateau, v, roofline) if roofline is not None else v
 
 
 def _verdict(levels: Sequence[LevelResult], engine: str | None, plateau_gain: float, plateau: Plateau | None,

@@ -11,6 +11,7 @@ import typer
 from plateau_bench.analysis.diagnosis import diagnose
 from plateau_bench.analysis.open_loop import rate_summary
 from plateau_bench.analysis.plateau import plateau_and_knee
+from plateau_bench.commands import roofline_opts as r
 from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ResultsError
 from plateau_bench.report.terminal import level_table, summary_sentence, verdict_text
@@ -29,8 +30,18 @@ class Diagnosis(msgspec.Struct, kw_only=True):
 def diagnose_cmd(
     run_dir: Annotated[Path, typer.Argument(help="A result directory written by sweep, run or sim.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON only.")] = False,
+    roofline: r.RooflinePath = None,
+    gpu: r.Gpu = None,
+    gpu_spec: r.GpuSpecFile = None,
+    gpus: r.Gpus = None,
+    tp: r.Tp = None,
+    ep: r.Ep = None,
+    dtype: r.Dtype = None,
+    kv_dtype: r.KvDtype = None,
+    interconnect: r.Interconnect = None,
 ) -> None:
     """Say why throughput stopped growing in a saved sweep, with evidence and what to try next."""
+    ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect)
     result = load_result(run_dir)
     levels = result.levels
     if not levels:
@@ -40,7 +51,7 @@ def diagnose_cmd(
     plateau, knee = plateau_and_knee(levels, search)
     open_loop = rate_summary(levels) if sweep is not None and sweep.mode == "rate" else None
     verdict = diagnose(levels, engine=result.target.engine, plateau_gain=search.plateau_gain,
-                       plateau=plateau, knee=knee, open_loop=open_loop)
+                       plateau=plateau, knee=knee, open_loop=open_loop, roofline=ceiling)
     if as_json:
         out = Diagnosis(verdict=verdict, plateau=plateau, knee=knee)
         typer.echo(msgspec.json.format(msgspec.json.encode(out), indent=2).decode())

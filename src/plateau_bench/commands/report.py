@@ -12,13 +12,17 @@ from typing import Annotated
 
 import typer
 
+from plateau_bench.analysis.diagnosis import diagnose
+from plateau_bench.analysis.roofline_place import place_on_roofline
+from plateau_bench.commands import roofline_opts as r
 from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ConfigError
 from plateau_bench.importers import vllm_json_lines
 from plateau_bench.report.html import check_writable, render_html, write_text
 from plateau_bench.report.plots import write_pngs
 from plateau_bench.report.tables import FORMATS, ReportRun, load_runs, render_table
-from plateau_bench.report.terminal import level_table
+from plateau_bench.report.terminal import level_table, verdict_text
+from plateau_bench.roofline import Roofline
 from plateau_bench.store import kept_attempts, load_requests
 
 
@@ -29,6 +33,16 @@ def _vllm_json(runs: list[ReportRun]) -> str:
         directory = run.path if run.path.is_dir() else run.path.parent
         out.append(vllm_json_lines(run.result, load_requests(directory, attempts=kept_attempts(run.result))))
     return "".join(out)
+
+
+def _place(run: ReportRun, rf: Roofline) -> None:
+    """The run's verdict placed on the roofline (diagnosed afresh when the file has none)."""
+    result = run.result
+    if result.verdict is None:
+        result.verdict = diagnose(result.levels, engine=result.target.engine, plateau=result.plateau,
+                                  knee=result.knee, roofline=rf)
+    else:
+        result.verdict = place_on_roofline(result.levels, result.plateau, result.verdict, rf)
 
 
 def report_cmd(
@@ -42,8 +56,18 @@ def report_cmd(
                                             "per line; plateau import reads them back).")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the --format tables to "
                                                 "this file instead of stdout.")] = None,
+    roofline: r.RooflinePath = None,
+    gpu: r.Gpu = None,
+    gpu_spec: r.GpuSpecFile = None,
+    gpus: r.Gpus = None,
+    tp: r.Tp = None,
+    ep: r.Ep = None,
+    dtype: r.Dtype = None,
+    kv_dtype: r.KvDtype = None,
+    interconnect: r.Interconnect = None,
 ) -> None:
     """Report saved results: HTML with plots, PNG images, or md/csv/json tables."""
+    ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect)
     if fmt is not None and fmt not in (*FORMATS, "vllm-json"):
         raise ConfigError(f"unknown --format {fmt!r}: choose one of {', '.join(FORMATS)}, vllm-json")
     if output is not None and fmt is None:
@@ -54,6 +78,9 @@ def report_cmd(
     if output is not None:
         check_writable(output)
     runs = load_runs(run_dirs)
+    if ceiling is not None:
+        for run in runs:
+            _place(run, ceiling)
     if html_out is not None:
         path = write_text(html_out, render_html(runs))
         typer.echo(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)", err=True)
@@ -71,6 +98,8 @@ def report_cmd(
         console = wide_console()
         for run in runs:
             console.print(level_table(run.levels, title=str(run.path)))
+            if ceiling is not None and run.result.verdict is not None:
+                console.print(verdict_text(run.result.verdict))
 
 
 def register(app: typer.Typer) -> None:

@@ -14,6 +14,7 @@ from plateau_bench.aio import run as run_async
 from plateau_bench.analysis.plateau import SearchConfig
 from plateau_bench.analysis.slo import parse_slo
 from plateau_bench.commands import options as o
+from plateau_bench.commands import roofline_opts as r
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.live import LiveView
 from plateau_bench.report.terminal import sweep_report
@@ -138,6 +139,15 @@ def sweep_cmd(
     as_json: o.Json = False,
     preset: o.Preset = "tiny",
     sim_speed: o.SimSpeed = 1.0,
+    roofline: r.RooflinePath = None,
+    gpu: r.Gpu = None,
+    gpu_spec: r.GpuSpecFile = None,
+    gpus: r.Gpus = None,
+    tp: r.Tp = None,
+    ep: r.Ep = None,
+    dtype: r.Dtype = None,
+    kv_dtype: r.KvDtype = None,
+    interconnect: r.Interconnect = None,
 ) -> None:
     """Push the load until throughput stops growing; find the plateau and the knee; say why."""
     from plateau_bench.sweep.session import measure, metrics_url_for, out_dir_or_temp, prepare, target_url
@@ -158,6 +168,8 @@ def sweep_cmd(
     if resume is not None and overwrite:
         raise ConfigError("--resume keeps the saved levels; --overwrite replaces them: choose one")
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
+    ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect,
+                               input_len=input_len, output_len=output_len)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
     o.check_load_size(_widest(plan))
     out_dir = resume or out_dir_or_temp(out, "sweep")
@@ -175,7 +187,7 @@ def sweep_cmd(
                 done = await measure(prepared, workload, plan, out_dir=out_dir, metrics_url=m_url,
                                      metrics_required=required, observer=view, progress=lambda: view.progress,
                                      existing="resume" if resume else "overwrite" if overwrite or out is None
-                                     else "refuse", gpu_metrics_urls=dcgm_urls)
+                                     else "refuse", gpu_metrics_urls=dcgm_urls, roofline=ceiling)
         if as_json:
             data = msgspec.to_builtins(done.result)
             data["out"] = str(out_dir)

@@ -150,8 +150,10 @@ def _verdict(run: ReportRun) -> str:
                      for label, value in pairs)
     parts = [f'<div class="verdict"><p class="headline">{_esc(v.headline)}</p>{badges}']
     secondary = f"Also binding: {v.secondary.replace('_', ' ')}" if v.secondary else ""
+    roofline = [v.roofline.text] if v.roofline is not None else []
     for lines, title in ((v.evidence, "Evidence"), (v.secondary_evidence, secondary), (v.gpu_evidence, "GPUs"),
-                         (v.what_if, "What if"), (v.suggestions, "What to try"),
+                         (roofline, "Against the hardware (roofline)"), (v.what_if, "What if"),
+                         (v.suggestions, "What to try"),
                          (v.to_separate, "What would separate them" if v.secondary else "What would confirm it")):
         body = _list(lines)
         if body:
@@ -242,6 +244,8 @@ _CAPTIONS = {
     "frontier": "Each point is a level: how fast each user is served against how much the server "
                 "serves in all. Pick the rightmost point whose per-user speed is still acceptable.",
 }
+ROOFLINE_CAPTION = ("Each point is a level at its decoding batch; dashed: the roofline, the fastest the "
+                    "hardware could decode that batch (log scales). The gap is what the engine leaves unused.")
 _TITLES = {"throughput": "Throughput", "latency": "Latency", "frontier": "Throughput-latency frontier"}
 
 
@@ -285,6 +289,10 @@ def render_html(runs: Sequence[ReportRun]) -> str:
         svg = plots.to_svg(plots.build(kind, runs, titled=False), kind)
         out.append(f"<h2>{_TITLES[kind]}</h2><figure>{svg}<figcaption>{_esc(_CAPTIONS[kind])}</figcaption>"
                    "</figure>")
+    if plots.has_roofline(runs):
+        svg = plots.to_svg(plots.roofline_figure(runs, titled=False), "roofline")
+        out.append(f"<h2>Against the hardware</h2><figure>{svg}<figcaption>{_esc(ROOFLINE_CAPTION)}"
+                   "</figcaption></figure>")
     out.append("<h2>Levels</h2>")
     out += _per_run(runs, lambda run, _: _level_table(run))
     out.append("<h2>Levels over time</h2><p class=\"sub\">In-flight requests, output tokens per second "

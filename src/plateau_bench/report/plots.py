@@ -368,6 +368,41 @@ def to_png(fig: Figure, path: str, dpi: int = 150) -> None:
         fig.savefig(path, format="png", dpi=dpi, metadata=_NO_METADATA_PNG, facecolor="white")
 
 
+@_styled
+def roofline_figure(runs: Sequence[ReportRun], titled: bool = True) -> Figure:
+    """Measured output tok/s against the decoding batch, under each run's roofline ceiling (dashed)."""
+    fig = Figure(figsize=(8.6, 4.0), layout="constrained")
+    ax = fig.add_subplot()
+    xs: list[float] = []
+    for i, run in enumerate(runs):
+        placed = run.result.verdict.roofline if run.result.verdict is not None else None
+        if placed is None:
+            continue
+        c, prefix = color(i), f"{run.name}: " if len(runs) > 1 else ""
+        ax.plot([b for b, _ in placed.curve], [t for _, t in placed.curve], color=c, ls="--", lw=1.2,
+                label=f"{prefix}roofline ({placed.hardware})")
+        pts = sorted((lv.batch, lv.output_throughput) for lv in placed.levels)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=c, marker="o", label=f"{prefix}measured")
+        ax.annotate(f"{placed.share:.0%} of the ceiling", xy=(placed.batch, placed.share * placed.ceiling_tok_s),
+                    xytext=(6, -12), textcoords="offset points", color=c, fontsize=8.5)
+        xs += [p[0] for p in pts]
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(_num_label))
+    ax.yaxis.set_major_formatter(FuncFormatter(_num_label))
+    ax.set_xlabel("decoding batch (sequences)")
+    ax.set_ylabel("output tok/s")
+    if titled:
+        ax.set_title("Measured throughput under the hardware's ceiling")
+    if xs:
+        ax.legend(loc="best")
+    return fig
+
+
+def has_roofline(runs: Sequence[ReportRun]) -> bool:
+    return any(run.result.verdict is not None and run.result.verdict.roofline is not None for run in runs)
+
+
 MAIN_PLOTS = ("throughput", "latency", "frontier")
 
 
@@ -393,6 +428,13 @@ def write_pngs(runs: Sequence[ReportRun], out_dir: str | Path) -> list[Path]:
         path = d / f"{kind}.png"
         try:
             to_png(build(kind, runs), str(path))
+        except OSError as exc:
+            raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
+        written.append(path)
+    if has_roofline(runs):
+        path = d / "roofline.png"
+        try:
+            to_png(roofline_figure(runs), str(path))
         except OSError as exc:
             raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from None
         written.append(path)

@@ -171,6 +171,9 @@ def verdict_text(verdict: Verdict) -> Text:
     for line in verdict.gpu_evidence:
         out.append("  GPU: ", style="bold")
         out.append(f"{line}\n")
+    if verdict.roofline is not None:
+        out.append("  Roofline: ", style="bold")
+        out.append(f"{verdict.roofline.text}\n")
     for line in verdict.what_if:
         out.append("  What if: ", style="bold")
         out.append(f"{line}\n")

@@ -43,22 +43,24 @@ class StepCoefficients(NamedTuple):
     c: float
 
 
-def ceiling_at_batch(rf: Roofline, batch: float) -> Ceiling:
-    """Decode tokens/s the hardware could reach with ``batch`` sequences decoding, and what binds."""
+def ceiling_at_batch(rf: Roofline, batch: float, context: float | None = None) -> Ceiling:
+    """Decode tokens/s the hardware could reach with ``batch`` sequences decoding, and what binds.
+
+    ``context``: the mean context each sequence attends to (default: the deployment's lengths)."""
     if batch <= 0:
         raise ConfigError(f"a decode batch must be > 0 (got {batch})")
-    terms = decode_terms(rf, batch)
+    terms = decode_terms(rf, batch, context)
     return Ceiling(batch / terms.step_s, terms.binding)
 
 
-def share_of_ceiling(rf: Roofline, batch: float, tok_s: float) -> float:
+def share_of_ceiling(rf: Roofline, batch: float, tok_s: float, context: float | None = None) -> float:
     """A measured decode throughput at ``batch`` as a fraction of the roofline there (0.31 = 31 %)."""
-    return tok_s / ceiling_at_batch(rf, batch).tok_s
+    return tok_s / ceiling_at_batch(rf, batch, context).tok_s
 
 
-def capped(rf: Roofline, batch: float, predicted_tok_s: float) -> float:
+def capped(rf: Roofline, batch: float, predicted_tok_s: float, context: float | None = None) -> float:
     """A predicted throughput, never above the roofline at that batch."""
-    return min(predicted_tok_s, ceiling_at_batch(rf, batch).tok_s)
+    return min(predicted_tok_s, ceiling_at_batch(rf, batch, context).tok_s)
 
 
 def calibrate_efficiency(rf: Roofline, batch: float, measured_tok_s: float, *, batch_ref: int = 256,

@@ -26,6 +26,7 @@ from plateau_bench.analysis.slo_boundary import slo_boundary
 from plateau_bench.level_run import LevelRun, LevelRunner, StopRule
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import LevelResult, ResultFile, SloSummary
+from plateau_bench.roofline import Roofline
 from plateau_bench.spec import LevelSpec
 from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchPlan, SweepLimits
 from plateau_bench.units import NS
@@ -148,23 +149,26 @@ async def _measure(runner: LevelRunner, spec: LevelSpec, label: str, phase: str,
     return run, level
 
 
-def conclude(result: ResultFile, state: SweepState, plan: Plan, engine: str | None) -> None:
-    """The sweep-level fields of the result: plateau, knee, SLO capacity, rate summary, verdict."""
+def conclude(result: ResultFile, state: SweepState, plan: Plan, engine: str | None,
+             roofline: Roofline | None = None) -> None:
+    """The sweep-level fields of the result: plateau, knee, SLO capacity, rate summary, verdict
+    (placed on the ``roofline`` when one is given)."""
     result.stop_reason = state.stop_reason
     result.benchmark_seconds = state.spent_s
     result.levels = list(state.levels)
     if isinstance(plan, SloSearchPlan):
         result.slo_boundary = slo_boundary(state.levels, plan.limits.slos, plan.find)
         if plan.open_loop:
-            result.verdict = diagnose(state.levels, engine=engine, open_loop=rate_summary(state.levels))
+            result.verdict = diagnose(state.levels, engine=engine, open_loop=rate_summary(state.levels),
+                                      roofline=roofline)
             return
         plan = ConcurrencyPlan(mode=plan.mode, limits=plan.limits)
     if isinstance(plan, RatePlan):
         result.rate_sweep = rate_summary(state.levels)
-        result.verdict = diagnose(state.levels, engine=engine, open_loop=result.rate_sweep)
+        result.verdict = diagnose(state.levels, engine=engine, open_loop=result.rate_sweep, roofline=roofline)
         return
     if not isinstance(plan, ConcurrencyPlan):  # one level: only what a single level can show
-        result.verdict = diagnose(state.levels, engine=engine)
+        result.verdict = diagnose(state.levels, engine=engine, roofline=roofline)
         return
     search = plan.search
     result.plateau, result.knee = plateau_and_knee(state.levels, search)
@@ -176,7 +180,7 @@ def conclude(result: ResultFile, state: SweepState, plan: Plan, engine: str | No
                                 throughput=best.output_throughput if best else None)
     result.verdict = diagnose(state.levels, engine=engine,
                               plateau_gain=search.plateau_gain,
-                              plateau=result.plateau, knee=result.knee)
+                              plateau=result.plateau, knee=result.knee, roofline=roofline)
 
 
 __all__ = ["OnLevel", "OnRecord", "SweepObserver", "SweepState", "conclude", "damaged", "run_plan", "run_sweep",

@@ -32,6 +32,7 @@ from plateau_bench.result import (
     TargetRecord,
     TwinInfo,
 )
+from plateau_bench.roofline import Roofline
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.spec import LevelSpec, TargetSpec, WorkloadSpec
 from plateau_bench.store import (
@@ -191,8 +192,10 @@ async def measure(prepared: Prepared, workload: WorkloadSpec,
                   plan: ConcurrencyPlan | RatePlan | SloSearchPlan | LevelSpec, *,
                   out_dir: Path | None, metrics_url: str | None, metrics_required: bool,
                   observer: SweepObserver, progress: Callable[[], LevelProgress | None],
-                  existing: Existing = "refuse", gpu_metrics_urls: Sequence[str] = ()) -> SweepRun:
-    """Run one level or a sweep of any kind against the prepared target, saving as it goes."""
+                  existing: Existing = "refuse", gpu_metrics_urls: Sequence[str] = (),
+                  roofline: Roofline | None = None) -> SweepRun:
+    """Run one level or a sweep of any kind against the prepared target, saving as it goes (the
+    verdict placed on the ``roofline`` when one is given)."""
     single = isinstance(plan, LevelSpec)
     spec = run_spec(prepared, workload, level=plan) if isinstance(plan, LevelSpec) else \
         run_spec(prepared, workload, plan)
@@ -223,7 +226,7 @@ async def measure(prepared: Prepared, workload: WorkloadSpec,
             runner, the_plan, limits or SweepLimits(), stop_rule=rule, on_level=on_level, observer=observer,
             on_record=(lambda label, attempt, r: writer.add_request(label, r, attempt)) if writer else None,
             previous=previous, attempts=_attempts(out_dir, previous) if existing == "resume" else None)
-        conclude(result, state, the_plan, runner.engine)
+        conclude(result, state, the_plan, runner.engine, roofline)
         if writer is not None:
             writer.flush()
     finally:

@@ -1,0 +1,73 @@
+"""``--roofline CONFIG --gpu ... --tp ...`` on sweep, diagnose and report: the flags and the roofline they name.
+
+``--roofline`` takes either a model's Hugging Face ``config.json`` (or its directory), with the
+hardware flags beside it, or a roofline saved by ``plateau roofline --json`` (which names its
+hardware already, so the hardware flags are refused with it).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from plateau_bench.errors import ConfigError
+from plateau_bench.roofline import Roofline, gpu_names, read_roofline
+
+PANEL = "Roofline (where the plateau sits against the hardware)"
+
+RooflinePath = Annotated[Path | None, typer.Option(
+    "--roofline", help="The model's Hugging Face config.json (or its directory) with --gpu/--tp..., or a file "
+                       "saved by plateau roofline --json.", rich_help_panel=PANEL)]
+Gpu = Annotated[str | None, typer.Option("--gpu", help="--roofline: GPU name: " + ", ".join(gpu_names()) + ".",
+                                         rich_help_panel=PANEL)]
+GpuSpecFile = Annotated[Path | None, typer.Option("--gpu-spec", help="--roofline: a JSON file with the GPU's "
+                                                  "figures.", rich_help_panel=PANEL)]
+Gpus = Annotated[int | None, typer.Option("--gpus", help="--roofline: GPUs in the deployment (default: --tp).",
+                                          rich_help_panel=PANEL)]
+Tp = Annotated[int | None, typer.Option("--tp", help="--roofline: tensor-parallel size (default 1).",
+                                        rich_help_panel=PANEL)]
+Ep = Annotated[int | None, typer.Option("--ep", help="--roofline: expert-parallel size (default 1).",
+                                        rich_help_panel=PANEL)]
+Dtype = Annotated[str | None, typer.Option("--dtype", help="--roofline: weight dtype (default: the config's).",
+                                           rich_help_panel=PANEL)]
+KvDtype = Annotated[str | None, typer.Option("--kv-dtype", help="--roofline: KV-cache dtype (default bf16).",
+                                             rich_help_panel=PANEL)]
+Interconnect = Annotated[str | None, typer.Option("--interconnect", help="--roofline: pcie4 | pcie5 | nvlink4 | "
+                                                  "... | GB/s (default: the GPU's).", rich_help_panel=PANEL)]
+
+
+def _saved(path: Path) -> bool:
+    """A roofline saved by ``plateau roofline --json`` (or a bare one), not a model config."""
+    if path.is_dir():
+        return False
+    try:
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False   # the model-config reader gives the error
+    return isinstance(data, dict) and ("roofline" in data or "deployment" in data)
+
+
+def roofline_given(path: Path | None, gpu: str | None, gpu_spec: Path | None, gpus: int | None, tp: int | None,
+                   ep: int | None, dtype: str | None, kv_dtype: str | None, interconnect: str | None, *,
+                   input_len: int = 128, output_len: int = 128) -> Roofline | None:
+    """The roofline the flags name, or None without ``--roofline`` (a ConfigError naming the flag)."""
+    hardware = {"--gpu": gpu, "--gpu-spec": gpu_spec, "--gpus": gpus, "--tp": tp, "--ep": ep, "--dtype": dtype,
+                "--kv-dtype": kv_dtype, "--interconnect": interconnect}
+    given = [flag for flag, value in hardware.items() if value is not None]
+    if path is None:
+        if given:
+            raise ConfigError(f"{given[0]} describes the hardware for --roofline: give --roofline CONFIG too")
+        return None
+    if _saved(path):
+        if given:
+            raise ConfigError(f"--roofline {path} is a saved roofline that names its hardware: drop {given[0]}")
+        return read_roofline(path)
+    from plateau_bench.commands.roofline import roofline_from_options
+
+    rf, _spec = roofline_from_options(path, gpu, gpu_spec, interconnect=interconnect, gpus=gpus, tp=tp or 1,
+                                      ep=ep or 1, dtype=dtype, kv_dtype=kv_dtype or "bf16", input_len=input_len,
+                                      output_len=output_len)
+    return rf

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 import msgspec
 
 from plateau_bench.analysis.diagnosis_common import mean_lengths
+from plateau_bench.errors import ResultsError
 from plateau_bench.result import LevelResult, Plateau, RooflineLevel, RooflinePlacement, Verdict
-from plateau_bench.roofline import Roofline, ceiling_at_batch
+from plateau_bench.roofline import Calibration, Roofline, ceiling_at_batch, fit_overhead_and_efficiency
 
 BINDS = {"weights": "reading the weights from memory", "kv": "reading the KV cache from memory",
          "compute": "compute", "interconnect": "the interconnect", "overhead": "the fixed per-step overhead"}
@@ -126,3 +127,14 @@ def _cap_what_if(verdict: Verdict, placement: RooflinePlacement, rf: Roofline, c
             f"below the {predicted:,.0f} the measured slope extrapolates to")
     return msgspec.structs.replace(verdict, roofline=placement, predicted_throughput_doubled_cap=ceiling,
                                    what_if=[*verdict.what_if, note])
+
+
+
+def calibrate_from_levels(levels: Sequence[LevelResult], rf: Roofline) -> tuple[Calibration, list[LevelResult]]:
+    """The step overhead and efficiency (``roofline.fit_overhead_and_efficiency``) that explain a measured
+    sweep's decode steps: each successful level's batch over its mean TPOT, at its own context."""
+    measured = [m for m in _measured(levels, rf) if m[0].tpot_ms.mean]
+    if not measured:
+        raise ResultsError("no successful level with a decoding batch and a TPOT to calibrate from")
+    points = [(placed.batch, float(lv.tpot_ms.mean or 0.0) / 1e3, _context(lv, rf)) for lv, placed, _ in measured]
+    return fit_overhead_and_efficiency(rf, points), [lv for lv, _, _ in measured]

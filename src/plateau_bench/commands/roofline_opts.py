@@ -21,22 +21,34 @@ PANEL = "Roofline (where the plateau sits against the hardware)"
 RooflinePath = Annotated[Path | None, typer.Option(
     "--roofline", help="The model's Hugging Face config.json (or its directory) with --gpu/--tp..., or a file "
                        "saved by plateau roofline --json.", rich_help_panel=PANEL)]
-Gpu = Annotated[str | None, typer.Option("--gpu", help="--roofline: GPU name: " + ", ".join(gpu_names()) + ".",
+Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU name for the roofline: " + ", ".join(gpu_names()) + ".",
                                          rich_help_panel=PANEL)]
-GpuSpecFile = Annotated[Path | None, typer.Option("--gpu-spec", help="--roofline: a JSON file with the GPU's "
+GpuSpecFile = Annotated[Path | None, typer.Option("--gpu-spec", help="Roofline: a JSON file with the GPU's "
                                                   "figures.", rich_help_panel=PANEL)]
-Gpus = Annotated[int | None, typer.Option("--gpus", help="--roofline: GPUs in the deployment (default: --tp).",
+Gpus = Annotated[int | None, typer.Option("--gpus", help="Roofline: GPUs in the deployment (default: --tp).",
                                           rich_help_panel=PANEL)]
-Tp = Annotated[int | None, typer.Option("--tp", help="--roofline: tensor-parallel size (default 1).",
+Tp = Annotated[int | None, typer.Option("--tp", help="Roofline: tensor-parallel size (default 1).",
                                         rich_help_panel=PANEL)]
-Ep = Annotated[int | None, typer.Option("--ep", help="--roofline: expert-parallel size (default 1).",
+Ep = Annotated[int | None, typer.Option("--ep", help="Roofline: expert-parallel size (default 1).",
                                         rich_help_panel=PANEL)]
-Dtype = Annotated[str | None, typer.Option("--dtype", help="--roofline: weight dtype (default: the config's).",
+Dtype = Annotated[str | None, typer.Option("--dtype", help="Roofline: weight dtype (default: the config's).",
                                            rich_help_panel=PANEL)]
-KvDtype = Annotated[str | None, typer.Option("--kv-dtype", help="--roofline: KV-cache dtype (default bf16).",
+KvDtype = Annotated[str | None, typer.Option("--kv-dtype", help="Roofline: KV-cache dtype (default bf16).",
                                              rich_help_panel=PANEL)]
-Interconnect = Annotated[str | None, typer.Option("--interconnect", help="--roofline: pcie4 | pcie5 | nvlink4 | "
+Interconnect = Annotated[str | None, typer.Option("--interconnect", help="Roofline: pcie4 | pcie5 | nvlink4 | "
                                                   "... | GB/s (default: the GPU's).", rich_help_panel=PANEL)]
+
+TWIN_PANEL = "Twin from first principles (instead of --preset)"
+ModelConfig = Annotated[Path | None, typer.Option(
+    "--model", help="Derive the engine from this model's Hugging Face config.json (or its directory) on the "
+                    "hardware --gpu/--gpus/--tp... name: step times from the roofline, KV cache from the memory "
+                    "left after the weights.", rich_help_panel=TWIN_PANEL)]
+Efficiency = Annotated[float | None, typer.Option(
+    "--efficiency", help="--model: the fraction of the roofline the engine reaches (default 0.5).",
+    rich_help_panel=TWIN_PANEL)]
+EfficiencyFrom = Annotated[Path | None, typer.Option(
+    "--efficiency-from", help="--model: read the efficiency off a measured sweep of this deployment "
+                              "(its busiest level's decode step).", rich_help_panel=TWIN_PANEL)]
 
 
 def _saved(path: Path) -> bool:
@@ -52,18 +64,18 @@ def _saved(path: Path) -> bool:
 
 def roofline_given(path: Path | None, gpu: str | None, gpu_spec: Path | None, gpus: int | None, tp: int | None,
                    ep: int | None, dtype: str | None, kv_dtype: str | None, interconnect: str | None, *,
-                   input_len: int = 128, output_len: int = 128) -> Roofline | None:
-    """The roofline the flags name, or None without ``--roofline`` (a ConfigError naming the flag)."""
+                   input_len: int = 128, output_len: int = 128, flag: str = "--roofline") -> Roofline | None:
+    """The roofline the flags name, or None without ``flag`` (a ConfigError naming the flag)."""
     hardware = {"--gpu": gpu, "--gpu-spec": gpu_spec, "--gpus": gpus, "--tp": tp, "--ep": ep, "--dtype": dtype,
                 "--kv-dtype": kv_dtype, "--interconnect": interconnect}
     given = [flag for flag, value in hardware.items() if value is not None]
     if path is None:
         if given:
-            raise ConfigError(f"{given[0]} describes the hardware for --roofline: give --roofline CONFIG too")
+            raise ConfigError(f"{given[0]} describes the hardware for {flag}: give {flag} CONFIG too")
         return None
     if _saved(path):
         if given:
-            raise ConfigError(f"--roofline {path} is a saved roofline that names its hardware: drop {given[0]}")
+            raise ConfigError(f"{flag} {path} is a saved roofline that names its hardware: drop {given[0]}")
         return read_roofline(path)
     from plateau_bench.commands.roofline import roofline_from_options
 

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from plateau_bench.aio import run as run_async
+from plateau_bench.commands import roofline_opts as r
 from plateau_bench.commands.options import Overwrite, wide_console
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.terminal import seed_line
@@ -30,13 +31,62 @@ class _PrintLevels:
 LOAD = "Load"
 
 
-def _configure(preset: str, max_num_seqs: int | None, kv_tokens: int | None,
+class Derived(msgspec.Struct, frozen=True, kw_only=True):
+    """``--model CONFIG`` and its hardware: the twin from first principles (``sim.from_roofline``)."""
+
+    model: Path | None = None
+    gpu: str | None = None
+    gpu_spec: Path | None = None
+    gpus: int | None = None
+    tp: int | None = None
+    ep: int | None = None
+    dtype: str | None = None
+    kv_dtype: str | None = None
+    interconnect: str | None = None
+    efficiency: float | None = None
+    efficiency_from: Path | None = None
+
+    def engine(self, preset: str | None, input_len: int = 128, output_len: int = 128) -> tuple[Any, str] | None:
+        """The derived engine and a line saying how, or None without ``--model``."""
+        from plateau_bench.sim.from_roofline import DEFAULT_EFFICIENCY, engine_from_roofline
+
+        rf = r.roofline_given(self.model, self.gpu, self.gpu_spec, self.gpus, self.tp, self.ep, self.dtype,
+                              self.kv_dtype, self.interconnect, input_len=input_len, output_len=output_len,
+                              flag="--model")
+        if rf is None:
+            if self.efficiency is not None or self.efficiency_from is not None:
+                raise ConfigError("--efficiency and --efficiency-from set the twin --model CONFIG derives: "
+                                  "give --model too")
+            return None
+        if preset is not None:
+            raise ConfigError("--model derives the engine from first principles; --preset names a calibrated "
+                              "one: choose one")
+        if self.efficiency is not None and self.efficiency_from is not None:
+            raise ConfigError("--efficiency sets the factor, --efficiency-from measures it: choose one")
+        given = self.efficiency is not None
+        efficiency = self.efficiency if self.efficiency is not None else DEFAULT_EFFICIENCY
+        how = f"efficiency {efficiency:.2f}" + ("" if given else " (default)")
+        overhead = None
+        if self.efficiency_from is not None:
+            from plateau_bench.analysis.roofline_place import calibrate_from_levels
+            from plateau_bench.store import load_result
+
+            fit, used = calibrate_from_levels(load_result(self.efficiency_from).levels, rf)
+            efficiency, overhead = fit.efficiency, fit.step_overhead_s
+            worst = max(abs(e) for e in fit.residuals) * 1e3
+            how = (f"efficiency {efficiency:.2f} and step overhead {overhead * 1e3:.2f} ms fitted to the decode "
+                   f"steps of {len(used)} level(s) in {self.efficiency_from} (largest residual {worst:.2f} ms)")
+        config = engine_from_roofline(rf, efficiency, overhead)
+        return config, f"{config.name}, {how}: {config.step.describe()}"
+
+
+def _configure(preset: str | None, max_num_seqs: int | None, kv_tokens: int | None,
                max_num_batched_tokens: int | None, max_model_len: int | None = None,
                t0_ms: float | None = None, a_ms: float | None = None, b_ms: float | None = None,
-               c_us: float | None = None) -> tuple[Any, Any]:
+               c_us: float | None = None, derived: tuple[Any, str] | None = None) -> tuple[Any, Any]:
     from plateau_bench.sim.presets import get_preset
 
-    base = get_preset(preset)
+    base = derived[0] if derived is not None else get_preset(preset or "tiny")
     config = base.with_overrides(
         max_num_seqs=max_num_seqs, kv_tokens=kv_tokens, max_num_batched_tokens=max_num_batched_tokens,
         max_model_len=max_model_len, t0_ms=t0_ms, a_ms=a_ms, b_ms=b_ms, c_us=c_us)
@@ -49,7 +99,8 @@ KvTokens = Annotated[int | None, typer.Option("--kv-tokens", help="KV-cache capa
                                               rich_help_panel=ENGINE)]
 BatchedTokens = Annotated[int | None, typer.Option("--max-num-batched-tokens", help="Per-step token budget.",
                                                    rich_help_panel=ENGINE)]
-Preset = Annotated[str, typer.Option("--preset", help="Engine preset (see `plateau presets`).")]
+Preset = Annotated[str | None, typer.Option("--preset", help="Engine preset (see `plateau presets`; default "
+                                                              "tiny).")]
 
 
 def presets_cmd(
@@ -79,7 +130,7 @@ def presets_cmd(
 
 
 def sim_cmd(
-    preset: Preset = "tiny",
+    preset: Preset = None,
     mode: Annotated[str, typer.Option("--mode", help="burst | steady", rich_help_panel=LOAD)] = "burst",
     concurrency: Annotated[str, typer.Option("--concurrency", "-c", help="Comma list of concurrency "
                                              "levels.", rich_help_panel=LOAD)] = "1,8,32,128",
@@ -99,6 +150,17 @@ def sim_cmd(
     max_num_seqs: MaxNumSeqs = None,
     kv_tokens: KvTokens = None,
     max_num_batched_tokens: BatchedTokens = None,
+    model_config: r.ModelConfig = None,
+    gpu: r.Gpu = None,
+    gpu_spec: r.GpuSpecFile = None,
+    gpus: r.Gpus = None,
+    tp: r.Tp = None,
+    ep: r.Ep = None,
+    dtype: r.Dtype = None,
+    kv_dtype: r.KvDtype = None,
+    interconnect: r.Interconnect = None,
+    efficiency: r.Efficiency = None,
+    efficiency_from: r.EfficiencyFrom = None,
 ) -> None:
     """Simulate load levels in virtual time (no GPU, no model): what if the cap were N?"""
     from plateau_bench.sim.presets import preset_summary
@@ -106,7 +168,11 @@ def sim_cmd(
 
     if mode not in ("burst", "steady"):
         raise ConfigError(f"--mode must be burst or steady (got {mode!r})")
-    base, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens)
+    derived = Derived(model=model_config, gpu=gpu, gpu_spec=gpu_spec, gpus=gpus, tp=tp, ep=ep, dtype=dtype,
+                      kv_dtype=kv_dtype, interconnect=interconnect, efficiency=efficiency,
+                      efficiency_from=efficiency_from).engine(preset, input_len, output_len)
+    base, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, derived=derived)
+    preset = config.name if derived else preset or "tiny"
     if config.max_num_seqs == 0:
         raise ConfigError("--max-num-seqs 0 admits no request; use at least 1")
     levels_c = parse_int_list(concurrency, "--concurrency")
@@ -120,7 +186,8 @@ def sim_cmd(
         num_requests=num_requests, duration_s=duration_s))
     levels = [LevelSpec(mode=mode, concurrency=c, num_requests=num_requests,  # type: ignore[arg-type]
                         duration_s=duration_s) for c in levels_c]
-    label = f"simulated engine: preset {preset}" + (f" with {overrides}" if overrides else "")
+    label = (f"simulated engine: {derived[1]}" if derived else f"simulated engine: preset {preset}") + (
+        f" with {overrides}" if overrides else "")
     typer.echo(f"{label} (virtual time)")
     run_async(simulate(config, workload, levels, spec, out_dir=out, chunks=chunks, observer=_PrintLevels(),
                        existing="overwrite" if overwrite else "refuse"))
@@ -129,7 +196,7 @@ def sim_cmd(
 
 
 def serve_sim_cmd(
-    preset: Preset = "tiny",
+    preset: Preset = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free port).")] = 8000,
     speed: Annotated[float, typer.Option("--speed", help="Run the engine clock this many times faster "
@@ -158,6 +225,17 @@ def serve_sim_cmd(
         "slow_headers_s= and retry_after_s= set the delay and the Retry-After seconds.")] = None,
     faults_seed: Annotated[int, typer.Option("--faults-seed", help="Same seed, same faults for the "
                                              "n-th request.")] = 0,
+    model_config: r.ModelConfig = None,
+    gpu: r.Gpu = None,
+    gpu_spec: r.GpuSpecFile = None,
+    gpus: r.Gpus = None,
+    tp: r.Tp = None,
+    ep: r.Ep = None,
+    dtype: r.Dtype = None,
+    kv_dtype: r.KvDtype = None,
+    interconnect: r.Interconnect = None,
+    efficiency: r.Efficiency = None,
+    efficiency_from: r.EfficiencyFrom = None,
 ) -> None:
     """Serve the simulated engine as an OpenAI-compatible server with vLLM's /metrics."""
     from plateau_bench.aio import run
@@ -170,15 +248,21 @@ def serve_sim_cmd(
         raise ConfigError(f"--reject-status must be 429 or 503 (got {reject_status})")
     if reject_when_waiting is not None and reject_when_waiting < 0:
         raise ConfigError(f"--reject-when-waiting must be >= 0 (got {reject_when_waiting})")
+    derived = Derived(model=model_config, gpu=gpu, gpu_spec=gpu_spec, gpus=gpus, tp=tp, ep=ep, dtype=dtype,
+                      kv_dtype=kv_dtype, interconnect=interconnect, efficiency=efficiency,
+                      efficiency_from=efficiency_from).engine(preset)
     _, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, max_model_len,
-                           t0_ms, a_ms, b_ms, c_us)
+                           t0_ms, a_ms, b_ms, c_us, derived=derived)
+    if derived:
+        typer.echo(f"plateau serve-sim: engine {derived[1]}", err=True)
     fault_spec = parse_faults(faults) if faults else None
     options = ServeOptions(speed=speed, metrics=not no_metrics, reject_when_waiting=reject_when_waiting,
                            reject_status=reject_status, faults=fault_spec, faults_seed=faults_seed)
 
     def ready(bound: int) -> None:
         injected = f", faults {fault_spec.spec()} (seed {faults_seed})" if fault_spec and fault_spec.any else ""
-        typer.echo(f"plateau serve-sim: preset {preset} (model {config.model_name!r}) on "
+        typer.echo(f"plateau serve-sim: preset {config.name if derived else preset or 'tiny'} (model "
+                   f"{config.model_name!r}) on "
                    f"http://{host}:{bound}, speed x{speed:g}{injected}; Ctrl-C to stop", err=True)
 
     run(serve_forever(config, options, host=host, port=port, on_ready=ready))

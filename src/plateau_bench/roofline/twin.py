@@ -80,6 +80,48 @@ def calibrate_efficiency(rf: Roofline, batch: float, measured_tok_s: float, *, b
     return work / (measured_step - overhead)
 
 
+class Calibration(NamedTuple):
+    efficiency: float          # fraction of the roofline the engine's work reaches
+    step_overhead_s: float     # fixed cost of a step beyond the roofline (scheduling, launches, sampling)
+    residuals: list[float]     # measured minus fitted step time per point (seconds)
+
+
+def _work_s(rf: Roofline, batch: float, context: float) -> float:
+    """A decode step's roofline work at efficiency 1, beyond the fixed overhead (terms added, experts apart)."""
+    ideal = step_coefficients(rf, 1.0, experts="separate")
+    return (ideal.t0 - rf.deployment.step_overhead_s + ideal.a * batch + ideal.c * batch * context
+            + expert_weights_s(rf, batch))
+
+
+def fit_overhead_and_efficiency(rf: Roofline, points: list[tuple[float, float, float]]) -> Calibration:
+    """The step overhead and efficiency that best explain measured decode steps.
+
+    ``points``: (decoding batch, measured step seconds, context tokens) per level. The model is
+    ``step = overhead + work(batch) / efficiency`` with ``work`` the roofline's (``_work_s``),
+    least squares over the points; one point (or batches all alike) keeps the roofline's overhead
+    and reads the efficiency off the mean. The efficiency stays at most 1, the overhead at least 0.
+    """
+    if not points:
+        raise ConfigError("calibration needs at least one measured level with a decoding batch and a TPOT")
+    work = [_work_s(rf, b, ctx) for b, _, ctx in points]
+    step = [t for _, t, _ in points]
+    n, mw, mt = len(points), sum(work) / len(points), sum(step) / len(points)
+    spread = sum((w - mw) ** 2 for w in work)
+    if n >= 2 and spread > 1e-6 * mw * mw * n:
+        inv = sum((w - mw) * (t - mt) for w, t in zip(work, step, strict=True)) / spread
+        overhead = mt - inv * mw
+    else:
+        overhead, inv = rf.deployment.step_overhead_s, 0.0
+    if overhead < 0 or inv <= 0:   # through the roofline's own overhead instead
+        overhead = min(rf.deployment.step_overhead_s, min(step))
+        inv = sum(w * (t - overhead) for w, t in zip(work, step, strict=True)) / sum(w * w for w in work)
+    if inv < 1.0:                  # faster than the hardware allows: the roofline, and the rest overhead
+        inv = 1.0
+        overhead = max(0.0, mt - mw)
+    residuals = [t - (overhead + w * inv) for w, t in zip(work, step, strict=True)]
+    return Calibration(efficiency=1.0 / inv, step_overhead_s=overhead, residuals=residuals)
+
+
 def step_time_bound(rf: Roofline, decode_seqs: float, prefill_tokens: float, kv_tokens_read: float) -> float:
     """The roofline for one mixed step (engine-wide counts, as the twin schedules them)."""
     d = rf.deployment

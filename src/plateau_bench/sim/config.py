@@ -58,8 +58,10 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
                 f"({self.max_num_seqs}): every running sequence needs one token per step")
         if self.max_model_len < 2:
             raise ConfigError(f"--max-model-len must be >= 2 (got {self.max_model_len})")
-        if self.step.t0 <= 0 or min(self.step.a, self.step.b, self.step.c) < 0:
+        if self.step.t0 <= 0 or min(self.step.a, self.step.b, self.step.c, self.step.expert_s) < 0:
             raise ConfigError("step-time coefficients must be >= 0, with t0 > 0")
+        if self.step.experts < 0 or not 0 <= self.step.expert_miss <= 1 or self.step.expert_tokens <= 0:
+            raise ConfigError("the expert term needs experts >= 0, a miss chance in [0, 1] and tokens per copy > 0")
 
     def with_overrides(
         self,

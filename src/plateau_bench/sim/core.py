@@ -43,6 +43,7 @@ class EngineCore:
         self._model = model = config.step
         # The step-time coefficients, read once per step on the hot path (same formula as step_time).
         self._t0, self._a, self._b, self._c = model.t0, model.a, model.b, model.c
+        self._experts = model.experts
         self._max_len = config.max_model_len
         self._kv_capacity = self._num_blocks * self._bs
         self._g = 0

@@ -55,6 +55,8 @@ class Scheduler(EngineCore):
             kv_read += self._key_sum + n_decode * self._g
         # StepModel.step_time, inlined (same operations in the same order).
         plan.dt = self._t0 + self._a * n_decode + self._b * plan.prefill_tokens + self._c * kv_read
+        if self._experts:
+            plan.dt += self._model.expert_time(n_decode + plan.prefill_tokens)
         if n_decode and not plan.prefills and not plan.preempted:
             self._extend_to_jump(plan, t_limit, kv_read)
         return plan

@@ -28,20 +28,36 @@ class StepModel(msgspec.Struct, frozen=True, kw_only=True):
     a: float = 0.0
     b: float = 0.0
     c: float = 0.0
+    # An optional concave term for MoE weights (a twin derived from the roofline): a step of n tokens
+    # reads the routed experts they hit, experts * (1 - miss^(n * expert_tokens)) of them, expert_s each.
+    experts: int = 0            # routed experts per MoE layer; 0: no such term
+    expert_miss: float = 1.0    # 1 - top_k / experts: the chance a token misses a given expert
+    expert_tokens: float = 1.0  # tokens through one copy of the experts per engine token
+    expert_s: float = 0.0       # seconds to read one routed expert in every MoE layer
+
+    def expert_time(self, tokens: int) -> float:
+        if not self.experts or tokens <= 0:
+            return 0.0
+        return float(self.expert_s * self.experts * (1.0 - self.expert_miss ** (tokens * self.expert_tokens)))
 
     def step_time(self, decode_seqs: int, prefill_tokens: int, kv_tokens_read: int) -> float:
-        return self.t0 + self.a * decode_seqs + self.b * prefill_tokens + self.c * kv_tokens_read
+        t = self.t0 + self.a * decode_seqs + self.b * prefill_tokens + self.c * kv_tokens_read
+        return t + self.expert_time(decode_seqs + prefill_tokens) if self.experts else t
+
+    def _first_decode(self, decode_seqs: int, kv0: int) -> float:
+        first = self.t0 + self.a * decode_seqs + self.c * kv0
+        return first + self.expert_time(decode_seqs) if self.experts else first
 
     def decode_run_time(self, k: int, decode_seqs: int, kv0: int) -> float:
         """Total time of ``k`` pure-decode steps of ``decode_seqs`` sequences starting at KV ``kv0``."""
-        first = self.t0 + self.a * decode_seqs + self.c * kv0
+        first = self._first_decode(decode_seqs, kv0)
         return k * first + self.c * decode_seqs * k * (k - 1) / 2.0
 
     def decode_steps_within(self, budget_s: float, decode_seqs: int, kv0: int) -> int:
         """The largest ``k`` with ``decode_run_time(k) <= budget_s`` (0 when not even one fits)."""
         if budget_s <= 0:
             return 0
-        first = self.t0 + self.a * decode_seqs + self.c * kv0
+        first = self._first_decode(decode_seqs, kv0)
         growth = self.c * decode_seqs / 2.0
         if growth <= 0:
             k = int(budget_s / first) if first > 0 else 1 << 40
@@ -56,5 +72,8 @@ class StepModel(msgspec.Struct, frozen=True, kw_only=True):
         return k
 
     def describe(self) -> str:
-        return (f"t = {self.t0 * 1e3:.3g} ms + {self.a * 1e6:.3g} us/seq + {self.b * 1e6:.3g} us/prefill token"
+        text = (f"t = {self.t0 * 1e3:.3g} ms + {self.a * 1e6:.3g} us/seq + {self.b * 1e6:.3g} us/prefill token"
                 f" + {self.c * 1e9:.3g} ns/KV token read")
+        if self.experts:
+            text += f" + {self.expert_s * 1e6:.3g} us per routed expert hit (of {self.experts})"
+        return text

@@ -169,6 +169,8 @@ BLOCKS = {
               rel=0.01, abs=0.01, slow=True, loose=(("s of wall time", 1e9, 1e9),)),  # real time: not compared
         Block("seed-a-what-if", "the cap what-if on seed-a-tp8ep against the twin with the cap doubled (virtual time)",
               rel=0.01, abs=0.01, figure=_what_if_table),
+        Block("roofline-verdict", "Run A on the twin placed on the roofline, then a twin derived from it (virtual time)",
+              rel=0.01, abs=0.01, slow=True, excerpt_from="Verdict:"),
         Block("fidelity", "the twin against the reference runs, with the bands tests/sim/test_fidelity.py asserts",
               rel=0.01, abs=0.01, figure=_fidelity_table),
         Block("llamacpp-sweep", "adaptive sweeps of a real llama-server (--parallel 4), with and without /metrics",
@@ -251,6 +253,7 @@ def run_commands(block: Block, commands: list[str]) -> str:
     with tempfile.TemporaryDirectory(prefix=f"readme-{block.name}-") as work, _environment(block) as extra:
         scratch = Path(work) / "tmp"  # where a command puts results by default (a random name)
         scratch.mkdir()
+        (Path(work) / "examples").symlink_to(ROOT / "examples")   # the commands name examples/models/...
         env |= extra | {"TMPDIR": str(scratch)}
         for command in commands:
             argv = _argv(command)

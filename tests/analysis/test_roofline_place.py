@@ -12,7 +12,7 @@ from plateau_bench.analysis.roofline_place import decode_batch, place_on_rooflin
 from plateau_bench.result import Latency, LevelResult, Plateau, ServerTelemetry, Verdict
 from plateau_bench.roofline import Deployment, build_roofline, ceiling_at_batch, find_gpu, find_link, read_model_config
 
-DATA = Path(__file__).parents[1] / "roofline" / "data"
+DATA = Path(__file__).parents[2] / "examples" / "models"
 GPU = find_gpu("rtx-pro-6000")
 RF = build_roofline(read_model_config(DATA / "gqa_moe_230b.json"), GPU,
                     Deployment(gpus=8, tp=8, ep=8, dtype="fp8", input_len=128, output_len=512), find_link(None, GPU))

@@ -11,7 +11,7 @@ import pytest
 from plateau_bench.cli import main
 from plateau_bench.roofline import ceiling_at_batch, read_roofline
 
-DATA = Path(__file__).parents[1] / "roofline" / "data"
+DATA = Path(__file__).parents[2] / "examples" / "models"
 HARDWARE = ["--gpu", "rtx-pro-6000", "--gpus", "8", "--tp", "8", "--ep", "8", "--dtype", "fp8"]
 ROOFLINE = ["--roofline", str(DATA / "gqa_moe_230b.json"), *HARDWARE]
 

@@ -25,7 +25,7 @@ from plateau_bench.roofline import (
 )
 from plateau_bench.roofline.model import Dtype
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[2] / "examples" / "models"   # model configs shipped as examples
 LLAMA = read_model_config(DATA / "dense_gqa_llama.json")
 QWEN_MOE = read_model_config(DATA / "moe_shared_qwen2moe.json")
 DEEPSEEK = read_model_config(DATA / "mla_deepseek_v3.json")

@@ -9,7 +9,7 @@ import pytest
 
 from plateau_bench.cli import main
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[2] / "examples" / "models"   # model configs shipped as examples
 RUN_A = ["roofline", "--model", str(DATA / "gqa_moe_230b.json"), "--gpu", "rtx-pro-6000", "--gpus", "8",
          "--tp", "8", "--ep", "8", "--input-len", "128", "--output-len", "512"]
 

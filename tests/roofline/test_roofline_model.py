@@ -10,7 +10,7 @@ import pytest
 from plateau_bench.errors import ConfigError
 from plateau_bench.roofline import model_from_json, read_model_config
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[2] / "examples" / "models"   # model configs shipped as examples
 
 
 def load(name: str) -> dict[str, object]:

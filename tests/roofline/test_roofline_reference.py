@@ -2,7 +2,7 @@
 
 Both ran on 8x 96 GB PCIe GPUs with a 600 W limit and FP4 support: the RTX PRO 6000 Blackwell
 (catalogue ``rtx-pro-6000``, PCIe 5.0 between GPUs). Run A's model, a 230B FP8 MoE with GQA and
-256 experts, has MiniMax-M2's published shape (``data/gqa_moe_230b.json``: 62 layers, 8 KV heads of
+256 experts, has MiniMax-M2's published shape (``examples/models/gqa_moe_230b.json``: 62 layers, 8 KV heads of
 128, 8 of 256 experts per token); Run B's FP4 MoE with 256 experts and 8 per token is not named, so
 both candidate shapes are checked: DeepSeek-V3's (MLA, one shared expert) and the 230B one.
 
@@ -37,7 +37,7 @@ from plateau_bench.roofline.model import Dtype
 
 from support.seed_runs import RUN_A, RUN_A_C1, RUN_A_C256, RUN_B, RUN_B_C1
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[2] / "examples" / "models"   # model configs shipped as examples
 MOE_230B = read_model_config(DATA / "gqa_moe_230b.json")
 DEEPSEEK = read_model_config(DATA / "mla_deepseek_v3.json")
 GPU = find_gpu("rtx-pro-6000")

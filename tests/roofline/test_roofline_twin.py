@@ -30,7 +30,7 @@ from plateau_bench.roofline import (
 )
 from plateau_bench.roofline.twin import ExpertTerm, expert_weights_s
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[2] / "examples" / "models"   # model configs shipped as examples
 
 
 def make(model: str, gpu: str, gpus: int, tp: int, ep: int = 1) -> Roofline:

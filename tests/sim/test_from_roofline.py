@@ -34,7 +34,7 @@ from plateau_bench.spec import WorkloadSpec
 from plateau_bench.sweep.loop import run_plan
 from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
 
-DATA = Path(__file__).parents[1] / "roofline" / "data"
+DATA = Path(__file__).parents[2] / "examples" / "models"
 
 
 def roofline(config: str, gpu: str, *, gpus: int, tp: int, ep: int = 1, dtype: str = "bf16",

@@ -39,7 +39,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-_COMMAND_MODULES = ("run", "sweep", "sim", "diagnose", "report", "compare", "schema", "roofline", "import_cmd")
+_COMMAND_MODULES = ("run", "sweep", "sim", "diagnose", "report", "compare", "schema", "roofline", "import_cmd",
+                    "calibrate")
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"plateau_bench.commands.{_name}").register(app)

@@ -235,6 +235,7 @@ class Verdict(msgspec.Struct):
     to_separate: list[str] = msgspec.field(default_factory=list)   # measurements that would tell them apart
     gpu_evidence: list[str] = msgspec.field(default_factory=list)  # what the GPUs showed (DCGM, NVML)
     what_if_batch: float | None = None            # the decoding batch the cap what-if assumes
+    what_if_model: str | None = None              # what predicted it: "TPOT slope" | "calibrated twin (...)"
     roofline: RooflinePlacement | None = None     # where the plateau sits against the hardware (--roofline)
 
 

@@ -80,6 +80,7 @@ def _cap_verdict(s: Sweep, sign: CapSign, kv: KvSign, confidence: Confidence, *,
                               and what.predicted > (1 + WHAT_IF_RANGE) * s.plateau.throughput)
     if what and not kv_unsure:
         v.predicted_throughput_doubled_cap, v.what_if_batch = what.predicted, what.batch
+        v.what_if_model = "TPOT slope (linear in the batch, measured below the cap)"
         v.what_if.append(what.text)
     elif what:   # the cache may hold the batch as well: give the range, not a number
         gain = what.predicted / s.plateau.throughput - 1

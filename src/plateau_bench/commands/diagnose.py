@@ -9,13 +9,16 @@ import msgspec
 import typer
 
 from plateau_bench.analysis.diagnosis import diagnose
+from plateau_bench.analysis.diagnosis_common import mean_lengths
 from plateau_bench.analysis.open_loop import rate_summary
 from plateau_bench.analysis.plateau import plateau_and_knee
+from plateau_bench.analysis.roofline_place import place_on_roofline
 from plateau_bench.commands import roofline_opts as r
 from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ResultsError
 from plateau_bench.report.terminal import level_table, summary_sentence, verdict_text
-from plateau_bench.result import Knee, Plateau, SearchSettings, Verdict
+from plateau_bench.result import Knee, Plateau, ResultFile, SearchSettings, Verdict
+from plateau_bench.spec import WorkloadSpec
 from plateau_bench.store import load_result
 
 
@@ -25,6 +28,18 @@ class Diagnosis(msgspec.Struct, kw_only=True):
     verdict: Verdict
     plateau: Plateau | None
     knee: Knee | None
+
+
+def _twin_what_if(path: Path, verdict: Verdict, result: ResultFile) -> Verdict:
+    from plateau_bench.aio import run as run_async
+    from plateau_bench.commands.calibrate import load_model
+    from plateau_bench.sweep.predict import twin_what_if
+
+    model = load_model(path)
+    top = max((lv for lv in result.levels if lv.completed), key=lambda lv: lv.output_throughput, default=None)
+    prompt, output = mean_lengths(top) if top is not None else (model.input_len, model.output_len)
+    workload = WorkloadSpec(input_len=max(1, round(prompt)), output_len=max(1, round(output)))
+    return run_async(twin_what_if(model, verdict, workload, str(path)))
 
 
 def diagnose_cmd(
@@ -39,6 +54,9 @@ def diagnose_cmd(
     dtype: r.Dtype = None,
     kv_dtype: r.KvDtype = None,
     interconnect: r.Interconnect = None,
+    calibrated: Annotated[Path | None, typer.Option("--calibrated", help="Answer the cap what-if with the twin "
+                                                    "calibrated on this (a model from plateau calibrate, or a "
+                                                    "result directory: the run itself)")] = None,
 ) -> None:
     """Say why throughput stopped growing in a saved sweep, with evidence and what to try next."""
     ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect)
@@ -51,7 +69,11 @@ def diagnose_cmd(
     plateau, knee = plateau_and_knee(levels, search)
     open_loop = rate_summary(levels) if sweep is not None and sweep.mode == "rate" else None
     verdict = diagnose(levels, engine=result.target.engine, plateau_gain=search.plateau_gain,
-                       plateau=plateau, knee=knee, open_loop=open_loop, roofline=ceiling)
+                       plateau=plateau, knee=knee, open_loop=open_loop)
+    if calibrated is not None:
+        verdict = _twin_what_if(calibrated, verdict, result)
+    if ceiling is not None:
+        verdict = place_on_roofline(levels, plateau, verdict, ceiling)
     if as_json:
         out = Diagnosis(verdict=verdict, plateau=plateau, knee=knee)
         typer.echo(msgspec.json.format(msgspec.json.encode(out), indent=2).decode())

@@ -177,6 +177,9 @@ def verdict_text(verdict: Verdict) -> Text:
     for line in verdict.what_if:
         out.append("  What if: ", style="bold")
         out.append(f"{line}\n")
+    if verdict.what_if and verdict.what_if_model:
+        out.append("  What-if model: ", style="bold")
+        out.append(f"{verdict.what_if_model}\n")
     for line in verdict.suggestions:
         out.append("  Try: ", style="bold")
         out.append(f"{line[4:] if line.startswith('try ') else line}\n")

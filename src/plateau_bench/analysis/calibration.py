@@ -1,0 +1,304 @@
+"""Calibration: the twin's engine fitted to measured sweeps (``plateau calibrate``).
+
+The twin's step takes ``t = t0 + a*decode_seqs + b*prefill_tokens + c*kv_tokens_read``. A measured
+level shows its mean step from the client side: a request decoding in a batch of ``B`` sequences
+waits one step per token, so its mean TPOT is the mean step while it decodes. In a steady state
+requests arrive at the request rate ``r`` (output tok/s over ``O``), so each step also prefills ``r * P * TPOT`` prompt
+tokens, and the decoders read ``B * (P + O/2)`` KV tokens (prompt plus half the answer). One row
+per level:
+
+    TPOT = t0 + a*B + b*(r*P*TPOT) + c*(B*(P + O/2))
+
+and, from the lightest level (one request at a time), one for the prompt's own step:
+``TTFT = t0 + b*P``. Weighted least squares on relative errors (every level counts alike)
+gives the coefficients, their standard errors (when there are more rows than unknowns) and the
+residual of every level.
+
+What a sweep cannot identify is said, not guessed: with one context length ``c*B*(P+O/2)`` moves
+with ``a*B``, so ``c`` is folded into ``a`` (fixed at 0) and the note says to sweep a second
+prompt length (``plateau calibrate RUN_A RUN_B`` fits several sweeps of one deployment together);
+with a single decoding batch nothing separates ``t0`` from ``a`` and the calibration is refused.
+A coefficient the fit makes negative is fixed at 0 and the rest refitted. The admission cap comes
+from the diagnosis (or the server's stated limit), the KV capacity from ``/metrics`` (or, client
+alone, a lower bound: the most sequences seen decoding at once, at their full length), the policy
+from the engine (SGLang schedules prefill first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+import numpy as np
+
+from plateau_bench.analysis.diagnosis_common import mean_lengths
+from plateau_bench.analysis.roofline_place import decode_batch
+from plateau_bench.errors import ResultsError
+from plateau_bench.result import LevelResult, ResultFile
+
+NAMES = ("t0", "a", "b", "c")
+MIN_BATCH_SPREAD = 1.5     # largest over smallest decoding batch needed to tell t0 from a
+MIN_CONTEXT_SPREAD = 1.2   # largest over smallest context needed to tell c from a
+DEFAULT_BUDGET = 8192      # vLLM's step budget for online serving; a client cannot see it
+
+
+class Parameter(msgspec.Struct, frozen=True, kw_only=True):
+    name: str                      # t0 | a | b | c (seconds per step / sequence / prompt token / KV token)
+    value: float
+    stderr: float | None = None    # None: no residual degrees of freedom, or not identified
+    identified: bool = True
+    note: str = ""
+
+
+class LevelFit(msgspec.Struct, frozen=True, kw_only=True):
+    run: str
+    label: str
+    batch: float
+    measured_ms: float             # mean TPOT (or TTFT for the prompt's row)
+    fitted_ms: float
+    metric: str = "tpot"           # tpot | ttft
+
+    @property
+    def residual(self) -> float:
+        return self.fitted_ms / self.measured_ms - 1.0
+
+
+class EngineModel(msgspec.Struct, frozen=True, kw_only=True):
+    """What the twin needs: the step model and the scheduler's limits."""
+
+    t0: float
+    a: float
+    b: float
+    c: float
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_tokens: int
+    policy: str = "mixed"
+    block_size: int = 16
+    max_model_len: int = 32768
+
+
+class CalibratedModel(msgspec.Struct, kw_only=True):
+    """``plateau calibrate --out model.json``: the fitted engine, how well it fits and where it came from."""
+
+    kind: str = "plateau-calibrated-model"
+    version: int = 1
+    engine: EngineModel
+    parameters: list[Parameter]
+    levels: list[LevelFit]
+    sources: list[str]
+    cap_source: str                # diagnosis | server | none (no cap seen: the limit is an assumption)
+    kv_source: str                 # server | client lower bound
+    policy_source: str
+    input_len: float               # mean lengths of the calibration levels
+    output_len: float
+    notes: list[str] = msgspec.field(default_factory=list)
+
+    def parameter(self, name: str) -> Parameter:
+        return next(p for p in self.parameters if p.name == name)
+
+
+class _Row(msgspec.Struct, frozen=True):
+    run: str
+    label: str
+    batch: float
+    x: tuple[float, float, float, float]
+    y: float
+    metric: str
+    context: float
+
+
+def _usable(lv: LevelResult) -> bool:
+    """A level whose steps the model describes: successful, and not recomputing preempted requests (the
+    server's counter, when scraped), whose waste the step model has no term for."""
+    return (not lv.level_failed and lv.completed > 0 and lv.tpot_ms.mean is not None and lv.tpot_ms.mean > 0
+            and lv.failed <= 0.05 * max(lv.num_requests, 1) and not (lv.telemetry.preemptions_delta or 0) > 0)
+
+
+Lengths = dict[str, tuple[float, float]]   # level label -> mean prompt and output tokens of its requests
+
+
+class Sweep(msgspec.Struct, frozen=True):
+    """One measured sweep to calibrate from; ``lengths`` from its request records when saved (exact),
+    else the level's window rates give them (``mean_lengths``: noisy at a few requests per window)."""
+
+    name: str
+    result: ResultFile
+    lengths: Lengths = msgspec.field(default_factory=dict)
+
+    def lengths_of(self, lv: LevelResult) -> tuple[float, float]:
+        return self.lengths.get(lv.label) or mean_lengths(lv)
+
+
+def _prefill_per_step(lv: LevelResult, prompt: float, output: float, tpot: float) -> float:
+    """Prompt tokens an average decode step carries. Steady: arrivals at the request rate (from tokens: the
+    window's completion count is coarse at long requests). Burst: the first wave prefills before anyone
+    decodes; only the requests admitted later (beyond the most decoding at once) prefill among decodes."""
+    if lv.mode == "burst":
+        late = max(0, lv.num_requests - lv.peak_decoding)
+        return late * prompt * tpot / lv.wall_s if lv.wall_s > 0 else 0.0
+    if lv.telemetry.prompt_tokens_rate:                  # the server's own count of prompt tokens per second
+        return lv.telemetry.prompt_tokens_rate * tpot
+    if lv.input_tokens and lv.duration_s > 0:
+        return lv.input_tokens / lv.duration_s * tpot     # prompts sent in the window, per second
+    rate = lv.output_throughput / output if output > 0 else lv.request_throughput
+    return rate * prompt * tpot
+
+
+def _rows(sweep: Sweep) -> list[_Row]:
+    rows = []
+    run, levels = sweep.name, sweep.result.levels
+    for lv in levels:
+        found = decode_batch(lv)
+        if not _usable(lv) or found is None:
+            continue
+        batch = found[0]
+        prompt, output = sweep.lengths_of(lv)
+        tpot = float(lv.tpot_ms.mean or 0.0) / 1e3
+        context = prompt + output / 2.0
+        rows.append(_Row(run, lv.label, batch, (1.0, batch, _prefill_per_step(lv, prompt, output, tpot),
+                                                batch * context), tpot, "tpot", context))
+    light = min((lv for lv in levels if _usable(lv) and lv.ttft_ms.p50 and (decode_batch(lv) or (9.0,))[0] <= 1.5),
+                key=lambda lv: lv.decoding_concurrency, default=None)
+    if light is not None:
+        prompt, _ = sweep.lengths_of(light)
+        rows.append(_Row(run, light.label, 1.0, (1.0, 0.0, prompt, 0.0), float(light.ttft_ms.p50 or 0) / 1e3,
+                         "ttft", 0.0))
+    return rows
+
+
+def _solve(rows: list[_Row], free: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Coefficients (all four, the fixed ones 0) and their standard errors, relative-error weighted."""
+    # The prompt's own step (TTFT at the lightest level) is the one clean look at b: as much weight as
+    # all the TPOT rows together, which see prefill only mixed into decode steps.
+    n_tpot = sum(r.metric == "tpot" for r in rows)
+    weight = [float(np.sqrt(max(n_tpot, 1))) if r.metric == "ttft" else 1.0 for r in rows]
+    x = np.array([[r.x[j] / r.y * w for j in free] for r, w in zip(rows, weight, strict=True)])
+    y = np.array(weight)
+    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
+    full = np.zeros(4)
+    full[free] = coef
+    dof = len(rows) - len(free)
+    if dof <= 0:
+        return full, None
+    sigma2 = float(np.sum((x @ coef - y) ** 2)) / dof
+    cov = sigma2 * np.linalg.pinv(x.T @ x)
+    errors = np.full(4, np.nan)
+    errors[free] = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    return full, errors
+
+
+def fit_step(rows: list[_Row]) -> tuple[np.ndarray, np.ndarray | None, dict[str, str]]:
+    """The step coefficients, their errors, and why a coefficient is fixed (name -> note)."""
+    tpot = [r for r in rows if r.metric == "tpot"]
+    batches = [r.batch for r in tpot]
+    if len(tpot) < 2 or max(batches) < MIN_BATCH_SPREAD * max(min(batches), 1e-9):
+        raise ResultsError("calibration needs levels at two or more decoding batches (the largest at least "
+                           f"{MIN_BATCH_SPREAD:g}x the smallest) to tell the fixed step cost from the cost per "
+                           f"sequence; these levels decoded {', '.join(f'{b:,.0f}' for b in batches) or 'none'}")
+    fixed: dict[str, str] = {}
+    contexts = [r.context for r in tpot]
+    if max(contexts) < MIN_CONTEXT_SPREAD * min(contexts):
+        fixed["c"] = ("not identified: every level had the same context length, so the KV read moves with the "
+                      "batch; folded into a (calibrate two sweeps with different --input-len to separate them)")
+    if not any(r.metric == "ttft" for r in rows) and max(r.x[2] for r in rows) <= 0:
+        fixed["b"] = "not identified: no prompt tokens seen in any step (no light level's TTFT either)"
+    while True:
+        free = [j for j, name in enumerate(NAMES) if name not in fixed]
+        coef, errors = _solve(rows, free)
+        negative = [j for j in free if coef[j] < 0 and NAMES[j] != "t0"]
+        if not negative:
+            break
+        worst = min(negative, key=lambda j: coef[j])
+        fixed[NAMES[worst]] = "fitted below 0: fixed at 0 (the levels do not show this cost)"
+    if coef[0] <= 0:
+        raise ResultsError("calibration fitted a fixed step cost <= 0: these levels do not follow the twin's step "
+                           "model (check that the sweep reached steady levels below the cap)")
+    return coef, errors, fixed
+
+
+def _cap(results: Sequence[ResultFile]) -> tuple[int | None, str]:
+    from plateau_bench.analysis.diagnosis import diagnose
+    from plateau_bench.analysis.plateau import plateau_and_knee
+    from plateau_bench.result import SearchSettings
+
+    for result in results:
+        v = result.verdict
+        if v is None or not v.estimated_cap:   # a run or sim without a sweep's verdict: diagnose its levels
+            plateau, knee = plateau_and_knee(result.levels, SearchSettings())
+            v = diagnose(result.levels, engine=result.target.engine, plateau=plateau, knee=knee)
+        if v.estimated_cap and "admission_cap" in (v.constraint, v.secondary):
+            return v.estimated_cap, "diagnosis"
+    stated = [lv.telemetry.cap for r in results for lv in r.levels if lv.telemetry.cap]
+    return (int(max(stated)), "server") if stated else (None, "none")
+
+
+def _kv(sweeps: Sequence[Sweep]) -> tuple[int, str]:
+    stated = [lv.telemetry.kv_capacity_tokens for s in sweeps for lv in s.result.levels
+              if lv.telemetry.kv_capacity_tokens]
+    if stated:
+        return int(max(stated)), "server"
+    seen = [lv.peak_decoding * sum(s.lengths_of(lv)) for s in sweeps for lv in s.result.levels if _usable(lv)]
+    return max(int(max(seen, default=0.0)), 16), "client lower bound"
+
+
+def _parameters(coef: np.ndarray, errors: np.ndarray | None, fixed: dict[str, str]) -> list[Parameter]:
+    out = []
+    for j, name in enumerate(NAMES):
+        err = None if errors is None or name in fixed or np.isnan(errors[j]) else float(errors[j])
+        out.append(Parameter(name=name, value=float(coef[j]), stderr=err, identified=name not in fixed,
+                             note=fixed.get(name, "")))
+    return out
+
+
+def _policy(results: Sequence[ResultFile]) -> tuple[str, str]:
+    engines = {r.target.engine for r in results if r.target.engine}
+    if engines == {"sglang"}:
+        return "prefill_first", "engine: SGLang schedules prefill first"
+    if engines:
+        return "mixed", f"engine: {', '.join(sorted(engines))} mixes decodes and chunked prefill in one step"
+    return "mixed", "engine unknown: assumed to mix decodes and chunked prefill (vLLM's way)"
+
+
+def calibrate(sweeps: Sequence[Sweep]) -> CalibratedModel:
+    """The twin fitted to one or more sweeps of one deployment (``ResultsError`` when it cannot be)."""
+    rows = [row for sweep in sweeps for row in _rows(sweep)]
+    coef, errors, fixed = fit_step(rows)
+    results = [sweep.result for sweep in sweeps]
+    cap, cap_source = _cap(results)
+    kv_tokens, kv_source = _kv(sweeps)
+    policy, policy_source = _policy(results)
+    notes = []
+    if cap is None:
+        most = max((r.batch for r in rows), default=1.0)
+        cap = max(256, int(2 * most))
+        notes.append(f"no admission cap showed: the twin admits up to {cap} (set --max-num-seqs to what the "
+                     "server runs with)")
+    if kv_source != "server":
+        notes.append(f"KV capacity {kv_tokens:,} tokens is a lower bound (the most sequences seen decoding at "
+                     "once, at their full length): enable /metrics for the server's figure")
+    notes.append(f"step budget {DEFAULT_BUDGET:,} tokens assumed (a client cannot see it; set "
+                 "--max-num-batched-tokens)")
+    levels = [LevelFit(run=r.run, label=r.label, batch=r.batch, measured_ms=r.y * 1e3,
+                       fitted_ms=float(np.dot(coef, r.x)) * 1e3, metric=r.metric) for r in rows]
+    tpot_rows = [r for r in rows if r.metric == "tpot"]
+    engine = EngineModel(t0=float(coef[0]), a=float(coef[1]), b=float(coef[2]), c=float(coef[3]),
+                         max_num_seqs=cap, max_num_batched_tokens=max(DEFAULT_BUDGET, cap), kv_tokens=kv_tokens,
+                         policy=policy)
+    lengths = [s.lengths_of(lv) for s in sweeps for lv in s.result.levels if _usable(lv)]
+    prompts, outputs = [p for p, _ in lengths], [o for _, o in lengths]
+    return CalibratedModel(
+        engine=engine, parameters=_parameters(coef, errors, fixed), levels=levels, sources=[s.name for s in sweeps],
+        cap_source=cap_source, kv_source=kv_source, policy_source=policy_source,
+        input_len=float(np.mean(prompts)) if prompts else 0.0, output_len=float(np.mean(outputs)) if outputs else 0.0,
+        notes=[*notes, f"{len(tpot_rows)} level(s) fitted"])
+
+
+def shifted(model: CalibratedModel, sigmas: float) -> EngineModel:
+    """The engine with every identified coefficient moved by ``sigmas`` standard errors (slower when > 0),
+    for a prediction's band; coefficients stay >= 0 and t0 > 0."""
+    values = {}
+    for p in model.parameters:
+        step = (p.stderr or 0.0) * sigmas
+        values[p.name] = max(p.value + step, 0.0 if p.name != "t0" else p.value * 0.05)
+    return msgspec.structs.replace(model.engine, **values)

@@ -1,0 +1,167 @@
+"""``plateau predict``: a calibrated twin swept in virtual time at other settings, with a band.
+
+The model (``analysis.calibration.CalibratedModel``) becomes an ``EngineConfig``; the settings a user
+asks about (the cap, the KV cache, the step budget) replace its own; the adaptive sweep runs in
+virtual time exactly as against a server. The band comes from two more sweeps with every fitted
+coefficient one standard error slower and one faster: the plateau a user should expect lies
+between them when the fit's errors are the only ones (they are not when the engine does something
+the step model lacks, which the calibration's residuals show).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from plateau_bench.analysis.calibration import CalibratedModel, EngineModel, shifted
+from plateau_bench.analysis.slo import Slo, level_meets
+from plateau_bench.result import Knee, LevelResult, Plateau, Verdict
+from plateau_bench.sim.config import EngineConfig, Policy
+from plateau_bench.sim.runner import VirtualLevelRunner
+from plateau_bench.sim.step_model import StepModel
+from plateau_bench.spec import WorkloadSpec
+from plateau_bench.sweep.loop import run_plan
+from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """What the prediction changes (None: the calibrated value)."""
+
+    max_num_seqs: int | None = None
+    kv_tokens: int | None = None
+    max_num_batched_tokens: int | None = None
+
+
+class PredictedLevel(msgspec.Struct, frozen=True, kw_only=True):
+    concurrency: int
+    output_throughput: float
+    decoding: float
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    tpot_p50_ms: float | None
+    tpot_p99_ms: float | None
+    e2e_p99_ms: float | None
+    meets_slo: bool | None = None
+
+
+class Prediction(msgspec.Struct, frozen=True, kw_only=True):
+    engine: EngineModel
+    levels: list[PredictedLevel]
+    plateau: Plateau | None
+    knee: Knee | None
+    plateau_low: float | None          # the plateau with every coefficient one standard error slower
+    plateau_high: float | None         # ... and faster
+    slo_max_concurrency: int | None = None
+    slo_throughput: float | None = None
+    band_note: str = ""
+    notes: list[str] = msgspec.field(default_factory=list)
+
+
+def engine_config(engine: EngineModel, settings: Settings = Settings()) -> EngineConfig:
+    """The twin's engine for a calibrated model, with the asked settings (validated)."""
+    policy: Policy = "prefill_first" if engine.policy == "prefill_first" else "mixed"
+    base = EngineConfig(name="calibrated", model_name="calibrated",
+                        step=StepModel(t0=engine.t0, a=engine.a, b=engine.b, c=engine.c),
+                        max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
+                        kv_tokens=engine.kv_tokens, block_size=engine.block_size, max_model_len=engine.max_model_len,
+                        policy=policy)
+    return base.with_overrides(max_num_seqs=settings.max_num_seqs, kv_tokens=settings.kv_tokens,
+                               max_num_batched_tokens=settings.max_num_batched_tokens)
+
+
+def _plan(concurrencies: Sequence[int] | None, top: int) -> ConcurrencyPlan:
+    from plateau_bench.analysis.plateau import SearchConfig
+
+    return ConcurrencyPlan(mode="steady", concurrencies=tuple(concurrencies) if concurrencies else None,
+                           search=SearchConfig(max_concurrency=top), limits=SweepLimits(max_level_s=600))
+
+
+async def _sweep(config: EngineConfig, workload: WorkloadSpec, plan: ConcurrencyPlan) -> tuple[
+        list[LevelResult], Plateau | None, Knee | None]:
+    runner = VirtualLevelRunner(config, workload, steady_s=60)
+    _, result = await run_plan(runner, plan)
+    return result.levels, result.plateau, result.knee
+
+
+def _level(lv: LevelResult, slos: Sequence[Slo]) -> PredictedLevel:
+    return PredictedLevel(concurrency=lv.concurrency or 0, output_throughput=lv.output_throughput,
+                          decoding=lv.decoding_concurrency, ttft_p50_ms=lv.ttft_ms.p50, ttft_p99_ms=lv.ttft_ms.p99,
+                          tpot_p50_ms=lv.tpot_ms.p50, tpot_p99_ms=lv.tpot_ms.p99, e2e_p99_ms=lv.e2e_ms.p99,
+                          meets_slo=level_meets(lv, slos) if slos else None)
+
+
+async def predict(model: CalibratedModel, workload: WorkloadSpec, settings: Settings = Settings(), *,
+                  concurrencies: Sequence[int] | None = None, slos: Sequence[Slo] = (),
+                  band: bool = True) -> Prediction:
+    """The predicted sweep at ``settings`` (plateau, knee, latency percentiles, SLO capacity) with a band."""
+    config = engine_config(model.engine, settings)
+    top = max(4096, 4 * config.max_num_seqs)
+    plan = _plan(concurrencies, top)
+    levels, plateau, knee = await _sweep(config, workload, plan)
+    low = high = None
+    note = "no band: the fit had no residual degrees of freedom" if not any(
+        p.stderr for p in model.parameters) else ""
+    if band and not note:
+        grid = sorted({lv.concurrency for lv in levels if lv.concurrency})
+        for sigmas in (1.0, -1.0):
+            slow = engine_config(shifted(model, sigmas), settings)
+            _, edge, _ = await _sweep(slow, workload, _plan(grid, top))
+            value = edge.throughput if edge else None
+            low, high = (value, high) if sigmas > 0 else (low, value)
+    predicted = [_level(lv, slos) for lv in sorted(levels, key=lambda lv: lv.concurrency or 0)]
+    meeting = [p for p in predicted if p.meets_slo]
+    best = max(meeting, key=lambda p: p.concurrency) if meeting else None
+    return Prediction(engine=msgspec.structs.replace(model.engine, max_num_seqs=config.max_num_seqs,
+                                                     kv_tokens=config.kv_tokens,
+                                                     max_num_batched_tokens=config.max_num_batched_tokens),
+                      levels=predicted, plateau=plateau, knee=knee, plateau_low=low, plateau_high=high,
+                      slo_max_concurrency=best.concurrency if best else None,
+                      slo_throughput=best.output_throughput if best else None, band_note=note,
+                      notes=_notes(model, settings))
+
+
+def _notes(model: CalibratedModel, settings: Settings) -> list[str]:
+    out = []
+    if settings.kv_tokens is None and model.kv_source != "server":
+        out.append(f"the KV cache is a lower bound ({model.engine.kv_tokens:,} tokens, the most seen in use): a "
+                   "prediction past it is pessimistic; give --kv-tokens (the server's start-up log states it)")
+    if settings.max_num_seqs is None and model.cap_source == "none":
+        out.append(f"no cap showed in the calibration: the twin admits {model.engine.max_num_seqs:,}; give "
+                   "--max-num-seqs")
+    return out
+
+
+def _best(done: Prediction) -> PredictedLevel:
+    return max(done.levels, key=lambda lv: lv.output_throughput)
+
+
+async def twin_what_if(model: CalibratedModel, verdict: Verdict, workload: WorkloadSpec, source: str) -> Verdict:
+    """The cap what-if from the calibrated twin instead of the TPOT slope: the twin with the cap doubled, at
+    twice and four times the cap; unchanged when the verdict names no cap. When the KV cache is known only
+    as a lower bound the answer is a range: that cache, and one large enough for the doubled cap."""
+    cap = verdict.estimated_cap
+    if not cap or "admission_cap" not in (verdict.constraint, verdict.secondary):
+        return verdict
+    grid, doubled = (2 * cap, 4 * cap), Settings(max_num_seqs=2 * cap)
+    model_name = f"calibrated twin ({source})"
+    if model.kv_source == "server":
+        done = await predict(model, workload, doubled, concurrencies=grid)
+        best = _best(done)
+        band = (f" (band {done.plateau_low:,.0f} to {done.plateau_high:,.0f})"
+                if done.plateau_low is not None and done.plateau_high is not None else "")
+        text = (f"the calibrated twin with the cap at {2 * cap} gives ~{best.output_throughput:,.0f} tok/s{band}, "
+                f"decoding ~{best.decoding:,.0f} at TPOT p50 {best.tpot_p50_ms or 0:,.0f} ms")
+        return msgspec.structs.replace(verdict, predicted_throughput_doubled_cap=best.output_throughput,
+                                       what_if_batch=best.decoding, what_if=[text, *verdict.what_if],
+                                       what_if_model=model_name)
+    seen = _best(await predict(model, workload, doubled, concurrencies=grid, band=False))
+    room = 2 * cap * (workload.input_len + workload.output_len)
+    roomy_kv = Settings(max_num_seqs=2 * cap, kv_tokens=max(room, model.engine.kv_tokens))
+    roomy = _best(await predict(model, workload, roomy_kv, concurrencies=grid, band=False))
+    text = (f"the calibrated twin with the cap at {2 * cap} gives between ~{seen.output_throughput:,.0f} tok/s (if "
+            f"the KV cache holds no more than the {model.engine.kv_tokens:,} tokens seen in use) and "
+            f"~{roomy.output_throughput:,.0f} tok/s (if it holds {2 * cap} sequences, decoding ~{roomy.decoding:,.0f} "
+            f"at TPOT p50 {roomy.tpot_p50_ms or 0:,.0f} ms); /metrics would say which")
+    return msgspec.structs.replace(verdict, what_if=[text, *verdict.what_if], what_if_model=model_name,
+                                   predicted_throughput_doubled_cap=None, what_if_batch=None)

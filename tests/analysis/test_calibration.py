@@ -1,0 +1,93 @@
+"""Calibration: the twin fitted to sweeps of itself recovers its own coefficients; what a sweep cannot
+identify is said, and a sweep that identifies nothing is refused in one line."""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+
+from plateau_bench.analysis.calibration import Sweep, calibrate
+from plateau_bench.errors import ResultsError
+from plateau_bench.result import ResultFile
+from plateau_bench.sim.presets import get_preset
+from plateau_bench.sim.runner import VirtualLevelRunner
+from plateau_bench.spec import WorkloadSpec
+from plateau_bench.sweep.loop import run_plan
+from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
+
+GRID = (1, 16, 64, 128, 256, 512)
+
+
+def sweep(preset: str, input_len: int, output_len: int = 512, grid: tuple[int, ...] = GRID,
+          metrics: bool = True, spread: float = 0.5, window_s: float = 60.0) -> Sweep:
+    runner = VirtualLevelRunner(get_preset(preset), WorkloadSpec(input_len=input_len, output_len=output_len,
+                                                                 range_ratio=spread),
+                                steady_s=window_s, metrics=metrics)
+    plan = ConcurrencyPlan(mode="steady", concurrencies=grid,
+                           limits=SweepLimits(min_level_s=window_s if window_s > 60 else 5.0,
+                                              max_level_s=max(window_s, 600.0)))
+    _, result = asyncio.run(run_plan(runner, plan))
+    # The twin's requests have exactly the asked lengths (what requests.jsonl would say).
+    return Sweep(f"{preset}-{input_len}", result, {lv.label: (input_len, output_len) for lv in result.levels})
+
+
+@pytest.mark.slow   # two virtual-time sweeps with 600 s windows per preset, ~20 s
+@pytest.mark.parametrize(("preset", "c_tolerance"), [("llama-8b-h100", 0.10), ("seed-a-tp8ep", 0.35)])
+def test_two_prompt_lengths_recover_the_presets_coefficients(preset: str, c_tolerance: float) -> None:
+    """Windows of many turnovers (arrivals, and the prefill they bring into decode steps, are steady)
+    and spread lengths (closed-loop requests of one length move in lockstep). The KV cost c is held to
+    10 % where it is most of a step's per-sequence cost (llama-8b at 4,096 prompt tokens: 170 us against
+    a = 27 us) and to 35 % where it is a sixth of it (seed-a: 39 us against 190 us)."""
+    model = calibrate([sweep(preset, 128, window_s=600), sweep(preset, 4096, window_s=600)])
+    truth = get_preset(preset).step
+    for name, tolerance in (("t0", 0.10), ("a", 0.10), ("b", 0.10), ("c", c_tolerance)):
+        fitted = model.parameter(name)
+        assert fitted.identified and fitted.stderr is not None
+        assert fitted.value == pytest.approx(getattr(truth, name), rel=tolerance), name
+    assert max(abs(lv.residual) for lv in model.levels) < 0.05
+    assert model.engine.max_num_seqs == (256 if preset == "seed-a-tp8ep" else model.engine.max_num_seqs)
+    assert model.kv_source == "server" and model.engine.kv_tokens == get_preset(preset).kv_tokens
+
+
+def test_one_prompt_length_folds_the_kv_cost_into_the_per_sequence_one() -> None:
+    model = calibrate([sweep("seed-a-tp8ep", 128)])
+    truth = get_preset("seed-a-tp8ep").step
+    c = model.parameter("c")
+    assert not c.identified and c.value == 0 and "two sweeps with different --input-len" in c.note
+    # a absorbs c times the context (128 + 512 / 2) it cannot be told apart from.
+    assert model.parameter("a").value == pytest.approx(truth.a + truth.c * (128 + 256), rel=0.05)
+    assert model.engine.max_num_seqs == 256 and model.cap_source == "diagnosis"
+
+
+def test_a_model_without_a_kv_cost_fixes_it_at_zero() -> None:
+    model = calibrate([sweep("compute-bound", 128), sweep("compute-bound", 2048)])
+    c = model.parameter("c")
+    # Zero, or within two standard errors of it and under 1 % of a step's per-sequence cost at 2,048 tokens.
+    assert c.value == 0.0 or (c.stderr is not None and c.value < 2 * c.stderr
+                              and c.value * 2304 < 0.01 * model.parameter("a").value)
+    assert model.parameter("a").value == pytest.approx(get_preset("compute-bound").step.a, rel=0.1)
+    assert any("no admission cap showed" in note for note in model.notes)
+
+
+def test_client_alone_the_kv_cache_is_a_lower_bound() -> None:
+    model = calibrate([sweep("seed-a-tp8ep", 128, metrics=False)])
+    assert model.kv_source == "client lower bound"
+    assert model.engine.kv_tokens == pytest.approx(256 * (128 + 512), rel=0.02)
+    assert any("lower bound" in note for note in model.notes)
+
+
+def test_one_decoding_batch_is_refused_in_one_line() -> None:
+    one = sweep("seed-a-tp8ep", 128, grid=(256, 512, 1024))   # all at the cap: one batch
+    with pytest.raises(ResultsError, match="two or more decoding batches") as err:
+        calibrate([one])
+    assert "\n" not in str(err.value)
+    with pytest.raises(ResultsError, match="two or more decoding batches"):
+        calibrate([Sweep("empty", ResultFile(kind="sweep"))])
+
+
+def test_the_model_round_trips_as_json() -> None:
+    model = calibrate([sweep("tiny", 128, output_len=128, grid=(1, 8, 16, 32, 64))])
+    again = msgspec.json.decode(msgspec.json.encode(model), type=type(model))
+    assert again == model

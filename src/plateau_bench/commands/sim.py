@@ -15,6 +15,7 @@ from plateau_bench.commands.options import Overwrite, wide_console
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.terminal import seed_line
 from plateau_bench.result import EngineSummary, LevelResult, RunSpec, SimSpec
+from plateau_bench.sim.replicas import parse_balancer
 from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration, parse_int_list
 
 ENGINE = "Engine overrides"
@@ -83,13 +84,15 @@ class Derived(msgspec.Struct, frozen=True, kw_only=True):
 def _configure(preset: str | None, max_num_seqs: int | None, kv_tokens: int | None,
                max_num_batched_tokens: int | None, max_model_len: int | None = None,
                t0_ms: float | None = None, a_ms: float | None = None, b_ms: float | None = None,
-               c_us: float | None = None, derived: tuple[Any, str] | None = None) -> tuple[Any, Any]:
+               c_us: float | None = None, derived: tuple[Any, str] | None = None, replicas: int | None = None,
+               balancer: str | None = None) -> tuple[Any, Any]:
     from plateau_bench.sim.presets import get_preset
 
     base = derived[0] if derived is not None else get_preset(preset or "tiny")
     config = base.with_overrides(
         max_num_seqs=max_num_seqs, kv_tokens=kv_tokens, max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len, t0_ms=t0_ms, a_ms=a_ms, b_ms=b_ms, c_us=c_us)
+        max_model_len=max_model_len, t0_ms=t0_ms, a_ms=a_ms, b_ms=b_ms, c_us=c_us, replicas=replicas,
+        balancer=parse_balancer(balancer) if balancer is not None else None)
     return base, config
 
 
@@ -99,6 +102,10 @@ KvTokens = Annotated[int | None, typer.Option("--kv-tokens", help="KV-cache capa
                                               rich_help_panel=ENGINE)]
 BatchedTokens = Annotated[int | None, typer.Option("--max-num-batched-tokens", help="Per-step token budget.",
                                                    rich_help_panel=ENGINE)]
+Replicas = Annotated[int | None, typer.Option("--replicas", help="Data-parallel copies of the engine behind a "
+                                             "load balancer (default 1).", rich_help_panel=ENGINE)]
+BalancerOpt = Annotated[str | None, typer.Option("--balancer", help="--replicas: round-robin | least-outstanding "
+                                                 "(default round-robin).", rich_help_panel=ENGINE)]
 Preset = Annotated[str | None, typer.Option("--preset", help="Engine preset (see `plateau presets`; default "
                                                               "tiny).")]
 
@@ -150,6 +157,8 @@ def sim_cmd(
     max_num_seqs: MaxNumSeqs = None,
     kv_tokens: KvTokens = None,
     max_num_batched_tokens: BatchedTokens = None,
+    replicas: Replicas = None,
+    balancer: BalancerOpt = None,
     model_config: r.ModelConfig = None,
     gpu: r.Gpu = None,
     gpu_spec: r.GpuSpecFile = None,
@@ -171,7 +180,8 @@ def sim_cmd(
     derived = Derived(model=model_config, gpu=gpu, gpu_spec=gpu_spec, gpus=gpus, tp=tp, ep=ep, dtype=dtype,
                       kv_dtype=kv_dtype, interconnect=interconnect, efficiency=efficiency,
                       efficiency_from=efficiency_from).engine(preset, input_len, output_len)
-    base, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, derived=derived)
+    base, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, derived=derived,
+                              replicas=replicas, balancer=balancer)
     preset = config.name if derived else preset or "tiny"
     if config.max_num_seqs == 0:
         raise ConfigError("--max-num-seqs 0 admits no request; use at least 1")
@@ -225,6 +235,8 @@ def serve_sim_cmd(
         "slow_headers_s= and retry_after_s= set the delay and the Retry-After seconds.")] = None,
     faults_seed: Annotated[int, typer.Option("--faults-seed", help="Same seed, same faults for the "
                                              "n-th request.")] = 0,
+    replicas: Replicas = None,
+    balancer: BalancerOpt = None,
     model_config: r.ModelConfig = None,
     gpu: r.Gpu = None,
     gpu_spec: r.GpuSpecFile = None,
@@ -252,7 +264,7 @@ def serve_sim_cmd(
                       kv_dtype=kv_dtype, interconnect=interconnect, efficiency=efficiency,
                       efficiency_from=efficiency_from).engine(preset)
     _, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, max_model_len,
-                           t0_ms, a_ms, b_ms, c_us, derived=derived)
+                           t0_ms, a_ms, b_ms, c_us, derived=derived, replicas=replicas, balancer=balancer)
     if derived:
         typer.echo(f"plateau serve-sim: engine {derived[1]}", err=True)
     fault_spec = parse_faults(faults) if faults else None

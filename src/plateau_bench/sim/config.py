@@ -34,6 +34,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     policy: Policy = "mixed"
     model_name: str = "sim-model"
     description: str = ""
+    replicas: int = 1                  # data-parallel copies behind a balancer (``sim.replicas``)
+    balancer: str = "round_robin"      # round_robin | least_outstanding
 
     @property
     def num_gpu_blocks(self) -> int:
@@ -56,6 +58,10 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(
                 f"--max-num-batched-tokens ({self.max_num_batched_tokens}) must be >= --max-num-seqs "
                 f"({self.max_num_seqs}): every running sequence needs one token per step")
+        if self.replicas < 1:
+            raise ConfigError(f"--replicas must be >= 1 (got {self.replicas})")
+        if self.balancer not in ("round_robin", "least_outstanding"):
+            raise ConfigError(f"--balancer must be round-robin or least-outstanding (got {self.balancer!r})")
         if self.max_model_len < 2:
             raise ConfigError(f"--max-model-len must be >= 2 (got {self.max_model_len})")
         if self.step.t0 <= 0 or min(self.step.a, self.step.b, self.step.c, self.step.expert_s) < 0:
@@ -74,6 +80,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
         a_ms: float | None = None,
         b_ms: float | None = None,
         c_us: float | None = None,
+        replicas: int | None = None,
+        balancer: str | None = None,
     ) -> EngineConfig:
         """A copy with the given settings replaced, validated.
 
@@ -91,6 +99,10 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             changes["max_num_batched_tokens"] = max_num_batched_tokens
         if max_model_len is not None:
             changes["max_model_len"] = max_model_len
+        if replicas is not None:
+            changes["replicas"] = replicas
+        if balancer is not None:
+            changes["balancer"] = balancer
         step_changes: dict[str, float] = {}
         if t0_ms is not None:
             step_changes["t0"] = t0_ms / 1e3

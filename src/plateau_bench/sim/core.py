@@ -27,7 +27,7 @@ class EngineCore:
     jump = True
 
     def __init__(self, config: EngineConfig, *, chunks: bool = False, trace: bool = False,
-                 on_finish: FinishCallback | None = None, probe: Probe | None = None) -> None:
+                 on_finish: FinishCallback | None = None, probe: Probe | None = None, rid_base: int = 0) -> None:
         config.validate()
         self.config = config
         self.on_finish = on_finish
@@ -47,7 +47,7 @@ class EngineCore:
         self._max_len = config.max_model_len
         self._kv_capacity = self._num_blocks * self._bs
         self._g = 0
-        self._next_rid = 0
+        self._next_rid = rid_base   # request ids unique across the replicas of a ReplicaSet
         self._pending: list[tuple[float, int, SimRequest]] = []
         self._waiting: deque[SimRequest] = deque()
         self._running: dict[int, SimRequest] = {}          # admission order

@@ -30,6 +30,7 @@ from plateau_bench.records import TOKEN_SOURCE_SIM, RequestRecord
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.engine import Engine, EngineState, RequestRejected, SimRequest, StepRecord
 from plateau_bench.sim.probe import Probe
+from plateau_bench.sim.replicas import ReplicaSet, parse_balancer
 from plateau_bench.spec import LevelSpec, WorkloadSpec
 from plateau_bench.units import NS
 from plateau_bench.workload.arrivals import iter_arrival_offsets_ns
@@ -77,7 +78,10 @@ class _Lengths:
 class _Driver:
     def __init__(self, config: EngineConfig, level: LevelSpec, workload: WorkloadSpec, *, chunks: bool,
                  trace: bool, lengths: Sequence[tuple[int, int]] | None, probe: Probe | None = None) -> None:
-        self.engine = Engine(config, chunks=chunks, trace=trace, on_finish=self._finished, probe=probe)
+        self.engine: Engine | ReplicaSet = (
+            Engine(config, chunks=chunks, trace=trace, on_finish=self._finished, probe=probe) if config.replicas == 1
+            else ReplicaSet(config, config.replicas, parse_balancer(config.balancer), chunks=chunks,
+                            on_finish=self._finished))
         self.level = level
         self.lengths = _Lengths(workload, lengths)
         self.records: list[RequestRecord | None] = []
@@ -244,16 +248,18 @@ def simulate_level(
     # The run allocates a few objects per simulated request and frees almost none until it ends,
     # so the cyclic collector would rescan a growing heap again and again for nothing (it cost
     # ~40 % of the run); nothing here creates reference cycles except driver <-> engine, broken below.
+    if config.replicas > 1:
+        probe, trace = None, False    # the probe and the step trace read one engine's internals
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
         driver = _Driver(config, level, workload, chunks=chunks, trace=trace, lengths=lengths, probe=probe)
-        if probe is not None:
+        if probe is not None and isinstance(driver.engine, Engine):
             probe.snapshot(driver.engine)
         driver.run()
         engine = driver.engine
         engine.on_finish = None
-        if probe is not None:
+        if probe is not None and isinstance(engine, Engine):
             probe.snapshot(engine)
         return SimResult(driver.build_records(), engine.trace, engine.state(), probe)
     finally:

@@ -20,6 +20,7 @@ from aiohttp import web
 
 from plateau_bench.sim.engine import Engine, SimRequest
 from plateau_bench.sim.faults import Fault
+from plateau_bench.sim.replicas import ReplicaSet
 from plateau_bench.sim.tokens import output_text
 
 _encode = msgspec.json.encode
@@ -117,7 +118,7 @@ async def _until_disconnected(request: web.Request, closing: asyncio.Event) -> N
     drop_connection(request)
 
 
-async def strike(request: web.Request, fault: Fault, engine: Engine, req: SimRequest,
+async def strike(request: web.Request, fault: Fault, engine: Engine | ReplicaSet, req: SimRequest,
                  closing: asyncio.Event) -> None:
     """Act out ``hang`` or ``reset``; both end in ConnectionResetError (the client is gone)."""
     if fault.name == "hang":
@@ -136,7 +137,7 @@ async def _wait(request: web.Request, stream: Stream) -> None:
         raise ConnectionResetError("the server is stopping")
 
 
-async def stream_tokens(request: web.Request, stream: Stream, engine: Engine, framing: Framing, *,
+async def stream_tokens(request: web.Request, stream: Stream, engine: Engine | ReplicaSet, framing: Framing, *,
                         include_usage: bool, fault: Fault | None,
                         closing: asyncio.Event) -> web.StreamResponse:
     """Stream the request's tokens as SSE events as the engine produces them."""
@@ -178,7 +179,7 @@ async def stream_tokens(request: web.Request, stream: Stream, engine: Engine, fr
     return response
 
 
-async def whole_answer(request: web.Request, stream: Stream, engine: Engine, framing: Framing, *,
+async def whole_answer(request: web.Request, stream: Stream, engine: Engine | ReplicaSet, framing: Framing, *,
                        fault: Fault | None, closing: asyncio.Event) -> web.Response:
     """Wait for the request to finish (or for its fault to strike) and answer with one JSON body."""
     req = stream.req

@@ -33,6 +33,7 @@ from plateau_bench.sim.engine import Engine, RequestRejected, SimRequest
 from plateau_bench.sim.faults import STREAM_FAULTS, Fault, FaultPicker, FaultSpec
 from plateau_bench.sim.probe import Probe
 from plateau_bench.sim.prom import SimMetrics
+from plateau_bench.sim.replicas import ReplicaSet, parse_balancer
 from plateau_bench.sim.responses import Framing, Stream, stream_tokens, whole_answer
 from plateau_bench.sim.tokens import count_tokens, messages_text, prompt_text, token_ids
 
@@ -79,8 +80,11 @@ class SimServer:
         self.backlog_note: str | None = None
         self._faults = FaultPicker(faults, faults_seed) if faults is not None and faults.any else None
         self._closing = asyncio.Event()
-        self.probe = Probe(sample_s=None) if metrics else None   # ground truth for /metrics (prom.py)
-        self.engine = Engine(config, on_finish=self._finished, probe=self.probe)
+        # The probe (ground truth for /metrics, prom.py) reads one engine's internals: none for replicas.
+        self.probe = Probe(sample_s=None) if metrics and config.replicas == 1 else None
+        self.engine: Engine | ReplicaSet = (
+            Engine(config, on_finish=self._finished, probe=self.probe) if config.replicas == 1
+            else ReplicaSet(config, config.replicas, parse_balancer(config.balancer), on_finish=self._finished))
         self.metrics = (SimMetrics(config.model_name, self.engine.state, probe=self.probe, speed=speed)
                         if metrics else None)
         self._streams: dict[int, Stream] = {}

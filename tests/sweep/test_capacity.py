@@ -1,0 +1,77 @@
+"""``plateau plan``: the fewest replicas meeting an SLO at a request rate, found by search on the twin."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+
+from plateau_bench.analysis.calibration import CalibratedModel, EngineModel, Parameter
+from plateau_bench.analysis.slo import parse_slo
+from plateau_bench.cli import main
+from plateau_bench.errors import ConfigError
+from plateau_bench.sim.presets import get_preset
+from plateau_bench.spec import WorkloadSpec
+from plateau_bench.sweep.capacity import plan_capacity
+
+TINY = get_preset("tiny")
+
+
+def tiny_model() -> CalibratedModel:
+    """The tiny preset as a calibrated model (what plateau calibrate fits it to, exactly)."""
+    s = TINY.step
+    engine = EngineModel(t0=s.t0, a=s.a, b=s.b, c=s.c, max_num_seqs=TINY.max_num_seqs,
+                         max_num_batched_tokens=TINY.max_num_batched_tokens, kv_tokens=TINY.kv_tokens)
+    parameters = [Parameter(name=n, value=getattr(s, n)) for n in ("t0", "a", "b", "c")]
+    return CalibratedModel(engine=engine, parameters=parameters,
+                           levels=[], sources=["tiny"], cap_source="diagnosis", kv_source="server",
+                           policy_source="preset", input_len=128, output_len=128)
+
+
+WORK = WorkloadSpec(input_len=128, output_len=128)
+
+
+@pytest.mark.slow   # a replica search of six-odd twin runs per balancer
+@pytest.mark.parametrize("balancer", ["round_robin", "least_outstanding"])
+def test_the_plan_is_the_fewest_replicas_that_meet_the_slo(balancer: str) -> None:
+    # One replica plateaus near 6,100 tok/s (its cap of 32); 100 req/s of 128 tokens ask for 12,800.
+    plan = asyncio.run(plan_capacity(tiny_model(), WORK, 100.0, parse_slo("ttft_p99=1s"), balancer=balancer,
+                                     gpus_per_replica=2, gpu_cost_per_hour=3.0, duration_s=60))
+    assert plan.replicas is not None
+    assert math.ceil(100 * 128 / 6100) <= plan.replicas <= math.ceil(100 * 128 / 6100) + 1
+    trials = {t.replicas: t for t in plan.trials}
+    assert trials[plan.replicas].meets and not trials[plan.replicas - 1].meets   # the one below was tried
+    assert plan.gpus == 2 * plan.replicas and plan.cost_per_hour == pytest.approx(6.0 * plan.replicas)
+    assert plan.cost_per_million_tokens == pytest.approx(plan.cost_per_hour / (100 * 128 * 3600 / 1e6))
+
+
+def test_an_unreachable_slo_says_so() -> None:
+    plan = asyncio.run(plan_capacity(tiny_model(), WORK, 50.0, parse_slo("tpot_p99=1ms"), max_replicas=4,
+                                     duration_s=30))
+    assert plan.replicas is None and max(t.replicas for t in plan.trials) == 4
+    assert all(not t.meets for t in plan.trials)
+
+
+def test_bad_input_is_refused() -> None:
+    with pytest.raises(ConfigError, match="--rate must be > 0"):
+        asyncio.run(plan_capacity(tiny_model(), WORK, 0.0, parse_slo("ttft_p99=1s")))
+    with pytest.raises(ConfigError, match="needs an --slo"):
+        asyncio.run(plan_capacity(tiny_model(), WORK, 5.0, []))
+
+
+def test_the_cli_prints_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import msgspec
+
+    model = tmp_path / "model.json"
+    model.write_bytes(msgspec.json.encode(tiny_model()))
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", str(model), "--rate", "60", "--slo", "ttft_p99=1s", "--balancer", "least-outstanding",
+              "--gpu-cost", "2", "--duration-s", "30"])
+    out = capsys.readouterr().out
+    assert exc.value.code in (0, None)
+    assert "least outstanding" in out and "Needs " in out and "per million output tokens" in out
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", str(model), "--rate", "60", "--slo", "ttft_p99=1s", "--gpus-per-replica", "0"])
+    assert exc.value.code == 2 and "--gpus-per-replica must be >= 1" in capsys.readouterr().err

@@ -40,7 +40,7 @@ app = typer.Typer(
 )
 
 _COMMAND_MODULES = ("run", "sweep", "sim", "diagnose", "report", "compare", "schema", "roofline", "import_cmd",
-                    "calibrate", "capacity")
+                    "calibrate", "capacity", "tune")
 
 for _name in _COMMAND_MODULES:
     importlib.import_module(f"plateau_bench.commands.{_name}").register(app)

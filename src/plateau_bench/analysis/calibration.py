@@ -2,7 +2,8 @@
 
 The twin's step takes ``t = t0 + a*decode_seqs + b*prefill_tokens + c*kv_tokens_read``. A measured
 level shows its mean step from the client side: a request decoding in a batch of ``B`` sequences
-waits one step per token, so its mean TPOT is the mean step while it decodes. In a steady state
+waits one step per token, so the mean step is ``B`` over the output rate (Little's law; ``TPOT``
+below, the per-request mean TPOT when a level has no rate). In a steady state
 requests arrive at the request rate ``r`` (output tok/s over ``O``), so each step also prefills ``r * P * TPOT`` prompt
 tokens, and the decoders read ``B * (P + O/2)`` KV tokens (prompt plus half the answer). One row
 per level:
@@ -40,6 +41,7 @@ NAMES = ("t0", "a", "b", "c")
 MIN_BATCH_SPREAD = 1.5     # largest over smallest decoding batch needed to tell t0 from a
 MIN_CONTEXT_SPREAD = 1.2   # largest over smallest context needed to tell c from a
 DEFAULT_BUDGET = 8192      # vLLM's step budget for online serving; a client cannot see it
+T0_FLOOR_S = 1e-6          # the twin needs a fixed cost > 0; a fit at or below 0 is taken as this
 
 
 class Parameter(msgspec.Struct, frozen=True, kw_only=True):
@@ -130,6 +132,16 @@ class Sweep(msgspec.Struct, frozen=True):
         return self.lengths.get(lv.label) or mean_lengths(lv)
 
 
+def _mean_step(lv: LevelResult, batch: float) -> float:
+    """The level's mean step while decoding: its decoding batch over its output rate (Little's law over the
+    window), which is what the throughput a prediction must reproduce says; the mean TPOT when there is no
+    rate. The TPOT a client stamps also carries its own delays (a busy event loop stretches every gap), so
+    it runs long on a loaded client; the window's token count does not."""
+    if lv.output_throughput > 0 and lv.decoding_concurrency > 0:
+        return lv.decoding_concurrency / lv.output_throughput
+    return float(lv.tpot_ms.mean or 0.0) / 1e3
+
+
 def _prefill_per_step(lv: LevelResult, prompt: float, output: float, tpot: float) -> float:
     """Prompt tokens an average decode step carries. Steady: arrivals at the request rate (from tokens: the
     window's completion count is coarse at long requests). Burst: the first wave prefills before anyone
@@ -154,7 +166,7 @@ def _rows(sweep: Sweep) -> list[_Row]:
             continue
         batch = found[0]
         prompt, output = sweep.lengths_of(lv)
-        tpot = float(lv.tpot_ms.mean or 0.0) / 1e3
+        tpot = _mean_step(lv, batch)
         context = prompt + output / 2.0
         rows.append(_Row(run, lv.label, batch, (1.0, batch, _prefill_per_step(lv, prompt, output, tpot),
                                                 batch * context), tpot, "tpot", context))
@@ -167,16 +179,19 @@ def _rows(sweep: Sweep) -> list[_Row]:
     return rows
 
 
-def _solve(rows: list[_Row], free: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
-    """Coefficients (all four, the fixed ones 0) and their standard errors, relative-error weighted."""
+def _solve(rows: list[_Row], free: list[int], t0: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Coefficients (all four, the fixed ones 0, or ``t0`` when given) and their standard errors,
+    relative-error weighted."""
     # The prompt's own step (TTFT at the lightest level) is the one clean look at b: as much weight as
     # all the TPOT rows together, which see prefill only mixed into decode steps.
     n_tpot = sum(r.metric == "tpot" for r in rows)
     weight = [float(np.sqrt(max(n_tpot, 1))) if r.metric == "ttft" else 1.0 for r in rows]
     x = np.array([[r.x[j] / r.y * w for j in free] for r, w in zip(rows, weight, strict=True)])
-    y = np.array(weight)
+    fixed_t0 = t0 or 0.0
+    y = np.array([w * (1.0 - fixed_t0 / r.y) for r, w in zip(rows, weight, strict=True)])
     coef, *_ = np.linalg.lstsq(x, y, rcond=None)
     full = np.zeros(4)
+    full[0] = fixed_t0
     full[free] = coef
     dof = len(rows) - len(free)
     if dof <= 0:
@@ -203,17 +218,20 @@ def fit_step(rows: list[_Row]) -> tuple[np.ndarray, np.ndarray | None, dict[str,
                       "batch; folded into a (calibrate two sweeps with different --input-len to separate them)")
     if not any(r.metric == "ttft" for r in rows) and max(r.x[2] for r in rows) <= 0:
         fixed["b"] = "not identified: no prompt tokens seen in any step (no light level's TTFT either)"
+    floor = T0_FLOOR_S
     while True:
         free = [j for j, name in enumerate(NAMES) if name not in fixed]
-        coef, errors = _solve(rows, free)
-        negative = [j for j in free if coef[j] < 0 and NAMES[j] != "t0"]
+        coef, errors = _solve(rows, free, t0=floor if "t0" in fixed else None)
+        negative = [j for j in free if coef[j] < (0 if NAMES[j] != "t0" else floor)]
         if not negative:
             break
         worst = min(negative, key=lambda j: coef[j])
-        fixed[NAMES[worst]] = "fitted below 0: fixed at 0 (the levels do not show this cost)"
-    if coef[0] <= 0:
-        raise ResultsError("calibration fitted a fixed step cost <= 0: these levels do not follow the twin's step "
-                           "model (check that the sweep reached steady levels below the cap)")
+        fixed[NAMES[worst]] = ("fitted at or below 0: fixed at ~0 (the step's cost is all per sequence and token, as "
+                               "on a compute-bound server)" if NAMES[worst] == "t0"
+                               else "fitted below 0: fixed at 0 (the levels do not show this cost)")
+        if not [j for j, name in enumerate(NAMES) if name not in fixed]:
+            raise ResultsError("calibration found no step cost these levels show: they do not follow the twin's "
+                               "step model (check that the sweep reached steady levels)")
     return coef, errors, fixed
 
 

@@ -15,47 +15,16 @@ from rich.console import Console
 from rich.table import Table
 
 from plateau_bench.aio import run as run_async
-from plateau_bench.analysis.calibration import CalibratedModel, Lengths, Sweep, calibrate
+from plateau_bench.analysis.calibration import CalibratedModel, calibrate
 from plateau_bench.analysis.slo import parse_slo
 from plateau_bench.commands.options import wide_console
-from plateau_bench.errors import ConfigError, ResultsError
+from plateau_bench.errors import ResultsError
 from plateau_bench.report.html import check_writable, write_text
 from plateau_bench.spec import WorkloadSpec, parse_int_list
-from plateau_bench.store import kept_attempts, load_requests, load_result
+from plateau_bench.sweep.predict import load_model, load_sweep
 
 _UNITS = {"t0": ("ms per step", 1e3), "a": ("ms per decoding sequence", 1e3), "b": ("us per prompt token", 1e6),
           "c": ("ns per KV token read", 1e9)}
-
-
-def _lengths(run_dir: Path, attempts: dict[str, int]) -> Lengths:
-    out: Lengths = {}
-    for label, records in load_requests(run_dir, attempts=attempts).items():
-        ok = [r for r in records if r.error is None and not r.warmup]
-        if ok:
-            out[label] = (sum(r.prompt_tokens for r in ok) / len(ok), sum(r.output_tokens for r in ok) / len(ok))
-    return out
-
-
-def load_sweep(run_dir: Path) -> Sweep:
-    result = load_result(run_dir)
-    directory = run_dir if run_dir.is_dir() else run_dir.parent
-    return Sweep(str(run_dir), result, _lengths(directory, kept_attempts(result)))
-
-
-def load_model(path: Path) -> CalibratedModel:
-    """A model saved by ``plateau calibrate --out``, or a result directory calibrated on the spot."""
-    if path.is_dir():
-        return calibrate([load_sweep(path)])
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        return msgspec.json.decode(data, type=CalibratedModel)
-    except msgspec.ValidationError:
-        return calibrate([load_sweep(path)])     # a result.json
-    except msgspec.DecodeError as exc:
-        raise ConfigError(f"{path}: not JSON ({exc})") from None
 
 
 def print_model(console: Console, model: CalibratedModel) -> None:

@@ -16,11 +16,11 @@ from rich.table import Table
 
 from plateau_bench.aio import run as run_async
 from plateau_bench.analysis.slo import parse_slo
-from plateau_bench.commands.calibrate import load_model
 from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ConfigError
 from plateau_bench.sim.replicas import BALANCERS, parse_balancer
 from plateau_bench.spec import WorkloadSpec
+from plateau_bench.sweep.predict import load_model
 
 
 def _ms(value: float | None) -> str:

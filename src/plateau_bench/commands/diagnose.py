@@ -32,8 +32,7 @@ class Diagnosis(msgspec.Struct, kw_only=True):
 
 def _twin_what_if(path: Path, verdict: Verdict, result: ResultFile) -> Verdict:
     from plateau_bench.aio import run as run_async
-    from plateau_bench.commands.calibrate import load_model
-    from plateau_bench.sweep.predict import twin_what_if
+    from plateau_bench.sweep.predict import load_model, twin_what_if
 
     model = load_model(path)
     top = max((lv for lv in result.levels if lv.completed), key=lambda lv: lv.output_throughput, default=None)

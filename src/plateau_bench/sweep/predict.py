@@ -11,16 +11,19 @@ the step model lacks, which the calibration's residuals show).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import msgspec
 
-from plateau_bench.analysis.calibration import CalibratedModel, EngineModel, shifted
+from plateau_bench.analysis.calibration import CalibratedModel, EngineModel, Lengths, Sweep, calibrate, shifted
 from plateau_bench.analysis.slo import Slo, level_meets
+from plateau_bench.errors import ConfigError
 from plateau_bench.result import Knee, LevelResult, Plateau, Verdict
 from plateau_bench.sim.config import EngineConfig, Policy
 from plateau_bench.sim.runner import VirtualLevelRunner
 from plateau_bench.sim.step_model import StepModel
 from plateau_bench.spec import WorkloadSpec
+from plateau_bench.store import kept_attempts, load_requests, load_result
 from plateau_bench.sweep.loop import run_plan
 from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
 
@@ -165,3 +168,34 @@ async def twin_what_if(model: CalibratedModel, verdict: Verdict, workload: Workl
             f"at TPOT p50 {roomy.tpot_p50_ms or 0:,.0f} ms); /metrics would say which")
     return msgspec.structs.replace(verdict, what_if=[text, *verdict.what_if], what_if_model=model_name,
                                    predicted_throughput_doubled_cap=None, what_if_batch=None)
+
+
+def _lengths(run_dir: Path, attempts: dict[str, int]) -> Lengths:
+    out: Lengths = {}
+    for label, records in load_requests(run_dir, attempts=attempts).items():
+        ok = [r for r in records if r.error is None and not r.warmup]
+        if ok:
+            out[label] = (sum(r.prompt_tokens for r in ok) / len(ok), sum(r.output_tokens for r in ok) / len(ok))
+    return out
+
+
+def load_sweep(run_dir: Path) -> Sweep:
+    result = load_result(run_dir)
+    directory = run_dir if run_dir.is_dir() else run_dir.parent
+    return Sweep(str(run_dir), result, _lengths(directory, kept_attempts(result)))
+
+
+def load_model(path: Path) -> CalibratedModel:
+    """A model saved by ``plateau calibrate --out``, or a result directory calibrated on the spot."""
+    if path.is_dir():
+        return calibrate([load_sweep(path)])
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        return msgspec.json.decode(data, type=CalibratedModel)
+    except msgspec.ValidationError:
+        return calibrate([load_sweep(path)])     # a result.json
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"{path}: not JSON ({exc})") from None

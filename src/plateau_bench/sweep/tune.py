@@ -1,0 +1,228 @@
+"""``plateau tune``: measure one setting, calibrate, predict the rest, measure only the promising ones.
+
+1. The server is started from the template with the first setting (``driver.server_process``) and
+   swept (the adaptive sweep, as ``plateau sweep`` runs it); then stopped.
+2. The sweep calibrates the twin (``analysis.calibration``). For every other setting of the grid the
+   twin predicts the plateau (and, with ``--slo``, the throughput of the largest load meeting it)
+   when the parameters are ones the engine models: admission caps (``max_num_seqs``,
+   ``max_running_requests``, ``parallel``, ...) and step budgets (``max_num_batched_tokens``,
+   ``chunked_prefill_size``). A parameter it does not model is measured at every value.
+3. The ``candidates`` best predicted settings are measured, each on a fresh server; the
+   recommendation is the best measured one. Predicted and measured figures are kept side by side,
+   with the restarts spent and what a brute-force grid would have spent (``--brute-force`` measures it
+   all too, for a check).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+import msgspec
+
+from plateau_bench.analysis.calibration import calibrate
+from plateau_bench.analysis.slo import Slo
+from plateau_bench.errors import ConfigError
+from plateau_bench.result import ResultFile
+from plateau_bench.spec import WorkloadSpec
+
+CAP_NAMES = {"max_num_seqs", "max_running_requests", "parallel", "np", "max_concurrent_requests",
+             "max_batch_size", "max_num_seqs_per_replica"}
+BUDGET_NAMES = {"max_num_batched_tokens", "chunked_prefill_size", "max_batch_total_tokens",
+                "max_batch_prefill_tokens"}
+_SECRET_FLAG = re.compile(r"(--(?:api[-_]key|token|hf[-_]token)[= ])(\S+)", re.IGNORECASE)
+
+
+class TuneParam(msgspec.Struct, frozen=True):
+    name: str
+    values: list[int]
+
+    @property
+    def knob(self) -> str | None:
+        """What the twin knows this flag as: cap | budget | None (measured only)."""
+        key = self.name.lower().replace("-", "_")
+        return "cap" if key in CAP_NAMES else "budget" if key in BUDGET_NAMES else None
+
+
+def parse_param(text: str) -> TuneParam:
+    """``name=lo..hi`` (lo, the powers of two between, hi) or ``name=a,b,c``."""
+    name, sep, spec = text.partition("=")
+    if not sep or not name.strip() or not spec.strip():
+        raise ConfigError(f"--param {text!r}: write name=lo..hi or name=a,b,c")
+    try:
+        if ".." in spec:
+            lo, hi = (int(v) for v in spec.split("..", 1))
+            if not 1 <= lo <= hi:
+                raise ValueError
+            grid = {lo, hi, *(1 << k for k in range(hi.bit_length() + 1) if lo <= 1 << k <= hi)}
+            values = sorted(grid)
+        else:
+            values = sorted({int(v) for v in spec.split(",") if v.strip()})
+            if not values or values[0] < 1:
+                raise ValueError
+    except ValueError:
+        raise ConfigError(f"--param {text!r}: the values must be positive integers (name=lo..hi or "
+                          "name=a,b,c)") from None
+    return TuneParam(name.strip(), values)
+
+
+def redact_command(command: str) -> str:
+    """The template as it may be shown and saved: values of key and token flags hidden."""
+    return _SECRET_FLAG.sub(lambda m: m.group(1) + "***", command)
+
+
+def render(template: str, setting: dict[str, int], port: int) -> list[str]:
+    """The server's argv for one setting (ConfigError naming a placeholder the template lacks or misspells)."""
+    try:
+        return shlex.split(template.format(port=port, **setting))
+    except KeyError as exc:
+        raise ConfigError(f"--serve names {{{exc.args[0]}}}, which no --param gives (placeholders: "
+                          f"{', '.join(['port', *setting])})") from None
+    except (ValueError, IndexError) as exc:
+        raise ConfigError(f"--serve: not a command template ({exc})") from None
+
+
+def check_template(template: str, params: Sequence[TuneParam], url_given: bool) -> None:
+    for p in params:
+        if "{" + p.name + "}" not in template:
+            raise ConfigError(f"--serve does not contain {{{p.name}}}: the value of --param {p.name} would never "
+                              "reach the server")
+    if "{port}" not in template and not url_given:
+        raise ConfigError("--serve does not contain {port}: add it (plateau tune picks a free port) or give --url")
+
+
+def settings(params: Sequence[TuneParam]) -> list[dict[str, int]]:
+    return [dict(zip([p.name for p in params], combo, strict=True))
+            for combo in itertools.product(*(p.values for p in params))]
+
+
+class TuneTrial(msgspec.Struct, kw_only=True):
+    setting: dict[str, int]
+    why: str                              # start | candidate | brute force | measured only
+    predicted_tok_s: float | None = None  # plateau (or, with --slo, the largest load meeting it)
+    measured_tok_s: float | None = None
+    run_dir: str | None = None
+    server_ready_s: float | None = None
+
+    @property
+    def error(self) -> float | None:
+        if self.predicted_tok_s is None or not self.measured_tok_s:
+            return None
+        return self.predicted_tok_s / self.measured_tok_s - 1.0
+
+
+class TuneResult(msgspec.Struct, kw_only=True):
+    serve: str                            # the template, credentials hidden
+    params: list[TuneParam]
+    objective: str
+    slos: list[str]
+    trials: list[TuneTrial]
+    recommendation: dict[str, int] | None
+    recommended_tok_s: float | None
+    restarts: int                         # servers started
+    brute_force_restarts: int             # a server per setting
+    predicted: bool                       # False: a parameter the twin does not model; all measured
+    calibration_notes: list[str] = msgspec.field(default_factory=list)
+
+
+def objective_value(result: ResultFile, use_slo: bool) -> float | None:
+    """What a measured sweep scores: its plateau, or with an SLO the largest level meeting it."""
+    if use_slo:
+        return result.slo.throughput if result.slo is not None else None
+    if result.plateau is not None:
+        return result.plateau.throughput
+    ok = [lv.output_throughput for lv in result.levels if lv.completed]
+    return max(ok) if ok else None
+
+
+Measure = Callable[[dict[str, int], Path], Awaitable[tuple[ResultFile, float | None]]]
+Predict = Callable[[dict[str, int]], Awaitable[float | None]]
+
+
+def _key(setting: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    return tuple(sorted(setting.items()))
+
+
+def _name(setting: dict[str, int]) -> str:
+    return "run-" + "-".join(f"{k}-{v}" for k, v in setting.items())
+
+
+async def predictor(run_dir: Path, params: Sequence[TuneParam], workload: WorkloadSpec, slos: Sequence[Slo],
+                    notes: list[str]) -> Predict:
+    """Predictions from the twin calibrated on the start setting's sweep."""
+    from plateau_bench.sweep.predict import Settings, load_sweep, predict
+
+    model = calibrate([load_sweep(run_dir)])
+    notes += model.notes
+    largest = max(v for p in params if p.knob == "cap" for v in p.values) if any(p.knob == "cap" for p in params) \
+        else model.engine.max_num_seqs
+    kv = None
+    if model.kv_source != "server":
+        kv = max(model.engine.kv_tokens, 2 * largest * (workload.input_len + workload.output_len))
+        notes.append(f"KV cache unknown: predicted as if it held {kv:,} tokens (every candidate's sequences); "
+                     "the measurements say whether it does")
+
+    async def predicted(setting: dict[str, int]) -> float | None:
+        knobs = {p.knob: setting[p.name] for p in params}
+        done = await predict(model, workload, Settings(max_num_seqs=knobs.get("cap"), kv_tokens=kv,
+                                                       max_num_batched_tokens=knobs.get("budget")),
+                             slos=slos, band=False)
+        if slos:
+            return done.slo_throughput
+        return done.plateau.throughput if done.plateau else max((lv.output_throughput for lv in done.levels),
+                                                                default=None)
+    return predicted
+
+
+async def run_tune(params: Sequence[TuneParam], start: dict[str, int], measure: Measure, out_dir: Path, *,
+                   workload: WorkloadSpec, slos: Sequence[Slo] = (), candidates: int = 2,
+                   brute_force: bool = False, serve: str = "") -> TuneResult:
+    """Measure ``start``, predict the grid, measure the best ``candidates`` (see the module docstring)."""
+    grid = settings(params)
+    if _key(start) not in {_key(s) for s in grid}:
+        raise ConfigError(f"--start {start} is not in the --param grid")
+    trials: dict[tuple[tuple[str, int], ...], TuneTrial] = {}
+
+    async def measured(setting: dict[str, int], why: str, predicted: float | None = None) -> TuneTrial:
+        run_dir = out_dir / _name(setting)
+        result, ready_s = await measure(setting, run_dir)
+        trial = TuneTrial(setting=setting, why=why, predicted_tok_s=predicted,
+                          measured_tok_s=objective_value(result, bool(slos)), run_dir=str(run_dir),
+                          server_ready_s=ready_s)
+        trials[_key(setting)] = trial
+        return trial
+
+    first = await measured(start, "start")
+    notes: list[str] = []
+    known = all(p.knob for p in params)
+    predictions: dict[tuple[tuple[str, int], ...], float | None] = {}
+    if known:
+        predict = await predictor(Path(first.run_dir or out_dir), params, workload, slos, notes)
+        for setting in grid:
+            predictions[_key(setting)] = await predict(setting)
+        first.predicted_tok_s = predictions[_key(start)]
+        ranked = sorted((s for s in grid if _key(s) != _key(start)),
+                        key=lambda s: -(predictions[_key(s)] or 0.0))
+        for setting in ranked[:candidates]:
+            await measured(setting, "candidate", predictions[_key(setting)])
+    else:
+        notes.append("a parameter the twin does not model: every setting measured")
+        for setting in grid:
+            if _key(setting) not in trials:
+                await measured(setting, "measured only")
+    restarts = len(trials)
+    own = [t for t in trials.values() if t.measured_tok_s is not None]
+    if brute_force:
+        for setting in grid:
+            if _key(setting) not in trials:
+                await measured(setting, "brute force", predictions.get(_key(setting)))
+    best = max(own, key=lambda t: t.measured_tok_s or 0.0, default=None)
+    return TuneResult(serve=redact_command(serve), params=list(params), objective="slo throughput" if slos
+                      else "throughput", slos=[s.describe() for s in slos],
+                      trials=sorted(trials.values(), key=lambda t: _key(t.setting)),
+                      recommendation=best.setting if best else None,
+                      recommended_tok_s=best.measured_tok_s if best else None, restarts=restarts,
+                      brute_force_restarts=len(grid), predicted=known, calibration_notes=notes)

@@ -127,3 +127,10 @@ def test_url_credentials_and_another_authorization_are_refused(
         spec("http://u:pw-77@h:8000", headers=headers, api_key=api_key)
     assert str(caught.value).startswith(f"--url carries credentials (user:password@) and {given} is given too")
     assert "pw-77" not in str(caught.value) and "sk-9" not in str(caught.value)
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "many", "1.5", "2000"])
+def test_bad_workers_is_one_line(bad: str) -> None:
+    with pytest.raises(ConfigError, match="--workers"):
+        o.parse_workers(bad)
+    assert o.parse_workers(" Auto ") == "auto" and o.parse_workers("3") == 3 and o.parse_workers(None) is None

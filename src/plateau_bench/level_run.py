@@ -29,6 +29,7 @@ class HealthSample(msgspec.Struct, frozen=True, kw_only=True):
     loop_lag_ms: float
     in_flight: int | None = None
     source: str = "client"
+    worker: int | None = None   # which load process (``--workers``); None: the one in-process client
 
 
 class LevelRun(msgspec.Struct, kw_only=True):
@@ -51,6 +52,8 @@ class LevelRun(msgspec.Struct, kw_only=True):
     sim_preemptions: int | None = None
     sim_virtual_end_s: float | None = None
     notes: list[str] = msgspec.field(default_factory=list)
+    load_processes: int = 1               # load processes that ran the level (``--workers``)
+    lost_workers: int = 0                 # load processes that died during the level
 
 
 class StopRule(Protocol):

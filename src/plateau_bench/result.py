@@ -40,8 +40,27 @@ class Latency(msgspec.Struct, frozen=True, kw_only=True):
     count: int = 0
 
 
+class WorkerHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """One load process's health over a level's window (``--workers``; see ``analysis.health``)."""
+
+    worker: int
+    cpu_pct_mean: float | None = None      # that process, % of one core
+    cpu_pct_max: float | None = None
+    loop_lag_ms_mean: float | None = None
+    loop_lag_ms_p99: float | None = None
+    loop_lag_ms_max: float | None = None
+    in_flight_mean: float | None = None
+    in_flight_max: float | None = None
+    samples: int = 0
+
+
 class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):
-    """The load generator's own health over a level's window (see ``analysis.health``)."""
+    """The load generator's own health over a level's window (see ``analysis.health``).
+
+    With several load processes (``--workers``) CPU and lag are the busiest process's (each process is
+    one event loop on one core, so the busiest one binds), in-flight counts are their sums, and
+    ``per_worker`` keeps every process's own figures.
+    """
 
     cpu_pct_mean: float | None = None      # this process, % of one core
     cpu_pct_max: float | None = None
@@ -51,6 +70,8 @@ class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):
     in_flight_mean: float | None = None    # requests the client held open
     in_flight_max: float | None = None
     samples: int = 0
+    processes: int = 1                     # load processes that ran the level
+    per_worker: list[WorkerHealth] = msgspec.field(default_factory=list)
 
 
 class ServerTelemetry(msgspec.Struct, frozen=True, kw_only=True):

@@ -104,6 +104,27 @@ def test_load_generator_is_named_when_it_holds_throughput_back() -> None:
     assert v.constraint == "load_generator" and v.confidence == "high"
     assert "C=256" in v.headline
     assert any("97 % of one core on average" in e for e in v.evidence)
+    assert "--workers auto" in v.suggestions[0]
+
+
+def test_the_load_generator_check_reads_the_busiest_of_several_processes() -> None:
+    # Two load processes: one idle, one saturated. The level's figures are the busiest process's, so the
+    # check fires as it would on one process, and the advice is more processes, not --workers itself.
+    from plateau_bench.analysis.health import summarize_health
+    from plateau_bench.level_run import HealthSample
+
+    samples = [HealthSample(t_ns=t * 100_000_000, cpu_pct=cpu, loop_lag_ms=lag, in_flight=75, worker=w)
+               for t in range(1, 30) for w, cpu, lag in ((0, 15.0, 0.5), (1, 98.0, 35.0))]
+    health = summarize_health(samples, processes=2)
+    assert health.cpu_pct_mean == 98.0 and health.loop_lag_ms_mean == 35.0 and health.in_flight_mean == 150.0
+    assert [h.cpu_pct_mean for h in health.per_worker] == [15.0, 98.0] and health.processes == 2
+    levels = [level(c, 100.0 * c, dec=c, peak=c, ttft=30, tpot=10, client={"cpu_pct_mean": 20.0, "in_flight_mean": c})
+              for c in (16, 32, 64, 128)]
+    starved = level(256, 15_000.0, dec=150, peak=160, ttft=30, tpot=10, achieved=150.0)
+    starved.client = health
+    v = diagnose([*levels, starved])
+    assert v.constraint == "load_generator" and "C=256" in v.headline
+    assert "busiest of the 2 load processes" in v.suggestions[0] and "--workers 4" in v.suggestions[0]
 
 
 def test_a_client_that_delivers_the_plateau_is_not_the_limit() -> None:

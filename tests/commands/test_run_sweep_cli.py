@@ -202,6 +202,8 @@ def test_refusals_are_counted_by_status_with_the_retry_after_asked(tmp_path: Pat
     (["sweep", "--find", "max-rate"], "give --slo too"),
     (["sweep", "--find", "max-rate", "--slo", "ttft_p99=1s", "--start-rate", "-1"], "--start-rate must be > 0"),
     (["schema", "--out", "/nonexistent/dir/schema.json"], "cannot write /nonexistent/dir/schema.json"),
+    (["run", "--concurrency", "4", "--workers", "0"], "--workers must be between 1 and"),
+    (["sweep", "--workers", "lots"], "--workers must be a number of processes or 'auto'"),
 ])
 def test_new_flags_answer_bad_values_in_one_line(args: list[str], fragment: str) -> None:
     code, output = invoke(*args)

@@ -7,6 +7,7 @@ analysis, result files) is exercised as a user runs it.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
@@ -192,3 +194,39 @@ def test_a_signal_ends_the_sweep_and_its_twin_within_2_s(tmp_path: Path, sig: si
         time.sleep(0.05)
     assert not [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
     assert len(load_summary(out)["levels"]) >= 2  # type: ignore[arg-type]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_the_load_processes_and_keeps_their_records(tmp_path: Path, sig: signal.Signals,
+                                                                    code: int) -> None:
+    import psutil
+
+    out = tmp_path / "run"
+    args = [sys.executable, "-m", "plateau_bench", "sweep", "--out", str(out), "--quiet", "--workers", "2",
+            "--concurrency", "8,16", "--min-level-time", "50s", "--max-level-time", "60s", "--output-len", "64",
+            "--sim-speed", "4"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    requests = out / "requests.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (requests.exists() and requests.stat().st_size > 20_000):
+        time.sleep(0.1)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert len(children) >= 3, "the twin and two load processes run as children"
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 5.0
+    assert proc.returncode == code, err
+    assert b"Traceback" not in err and b"--resume" in err
+    gone_by = time.monotonic() + 3.0
+    while time.monotonic() < gone_by and any(c.is_running() and c.status() != psutil.STATUS_ZOMBIE
+                                             for c in children):
+        time.sleep(0.05)
+    assert not [c.pid for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE]
+    # every finished request of the interrupted level is on disk, whole, once, from both processes
+    lines = [json.loads(line) for line in requests.read_text().splitlines()]
+    records = [msgspec.convert(line["record"], RequestRecord) for line in lines if line["level"] == "C=8"]
+    assert len(records) >= 20 and len({r.index for r in records}) == len(records)
+    assert {r.index % 2 for r in records} == {0, 1}
+    assert all(r.error is None for r in records)

@@ -30,6 +30,16 @@ BUSY_LAG_MS = 20.0        # or its mean event-loop lag
 SHORT = 0.85              # in flight below this share of the requested concurrency
 
 
+def _spread(lv: LevelResult) -> list[str]:
+    """How to give the load more event loops: ``--workers`` (each process is one loop on one core)."""
+    n = lv.client.processes
+    if n <= 1:
+        return ["spread the load over several processes on this machine: --workers auto (one per 512 streams, "
+                "up to the cores) or --workers N"]
+    return [f"the busiest of the {n} load processes was saturated: more of them (--workers {2 * n}) if the cores "
+            "allow, else a second load machine"]
+
+
 def _stalled(levels: Sequence[LevelResult]) -> Verdict | None:
     stalled = [lv for lv in levels if (lv.client.loop_lag_ms_p99 or 0.0) >= STALL_MS]
     if not stalled:
@@ -42,7 +52,7 @@ def _stalled(levels: Sequence[LevelResult]) -> Verdict | None:
         "high",
         [f"event-loop lag p99 >= {STALL_MS:.0f} ms at " + ", ".join(at(lv) for lv in stalled),
          f"load generator CPU peaked at {worst.client.cpu_pct_max or float('nan'):.0f} % of one core"],
-        suggestions=["run the load generator on a machine (or cores) the server does not share",
+        suggestions=[*_spread(worst), "run the load generator on a machine (or cores) the server does not share",
                      "re-run the affected levels: every figure from them understates or distorts the server"],
     )
 
@@ -124,7 +134,7 @@ def _starved(levels: Sequence[LevelResult]) -> Verdict | None:
         return Verdict(
             "load_generator", f"load generator bound from {at(lv)}: the client, not the server, is the limit",
             "high" if h.cpu_pct_mean is not None and h.in_flight_mean is not None else "medium", ev,
-            suggestions=["run the load from a faster or less busy machine, or spread it over several",
+            suggestions=[*_spread(lv), "run the load from a faster or less busy machine, or spread it over several",
                          "every figure at and above this level understates the server"],
         )
     return None

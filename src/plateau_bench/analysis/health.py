@@ -5,6 +5,10 @@ so ~100 % means it is the bottleneck) and how late its event loop wakes up (ever
 waits behind the same loop, so a lag of tens of milliseconds is added to every measured time).
 This module only summarizes those samples: mean and maximum CPU, mean / p99 / maximum lag, and the
 in-flight count when it was sampled.
+
+Several load processes (``--workers``): each is summarized on its own (``per_worker``), and the level's
+figures are the busiest process's CPU and lag (each process is one event loop on one core: the
+busiest binds, an average would hide it) and the sum of the processes' in-flight counts.
 """
 
 from __future__ import annotations
@@ -14,16 +18,30 @@ from collections.abc import Sequence
 import numpy as np
 
 from plateau_bench.level_run import HealthSample
-from plateau_bench.result import ClientHealth
+from plateau_bench.result import ClientHealth, WorkerHealth
+
+
+def _in_window(samples: Sequence[HealthSample], start_ns: int | None, end_ns: int | None) -> list[HealthSample]:
+    return [s for s in samples if (start_ns is None or s.t_ns >= start_ns)
+            and (end_ns is None or s.t_ns <= end_ns)] or list(samples)
 
 
 def summarize_health(samples: Sequence[HealthSample], start_ns: int | None = None,
-                     end_ns: int | None = None) -> ClientHealth:
-    """Figures over the samples taken in ``[start_ns, end_ns]`` (level-relative ns), else over all."""
-    chosen = [s for s in samples if (start_ns is None or s.t_ns >= start_ns)
-              and (end_ns is None or s.t_ns <= end_ns)] or list(samples)
+                     end_ns: int | None = None, processes: int = 1) -> ClientHealth:
+    """Figures over the samples taken in ``[start_ns, end_ns]`` (level-relative ns), else over all.
+
+    ``processes``: how many load processes ran the level; samples that name their process are
+    summarized per process (each over its own samples in the window).
+    """
+    workers = sorted({s.worker for s in samples if s.worker is not None})
+    if workers:
+        return _per_worker(samples, workers, start_ns, end_ns, processes)
+    return _figures(_in_window(samples, start_ns, end_ns), processes)
+
+
+def _figures(chosen: Sequence[HealthSample], processes: int = 1) -> ClientHealth:
     if not chosen:
-        return ClientHealth()
+        return ClientHealth(processes=processes)
     cpu = np.asarray([s.cpu_pct for s in chosen], dtype=np.float64)
     lag = np.asarray([s.loop_lag_ms for s in chosen], dtype=np.float64)
     flights = [s.in_flight for s in chosen if s.in_flight is not None]
@@ -36,4 +54,29 @@ def summarize_health(samples: Sequence[HealthSample], start_ns: int | None = Non
         in_flight_mean=round(float(np.mean(flights)), 2) if flights else None,
         in_flight_max=float(max(flights)) if flights else None,
         samples=len(chosen),
+        processes=processes,
     )
+
+
+def _per_worker(samples: Sequence[HealthSample], workers: list[int], start_ns: int | None, end_ns: int | None,
+                processes: int) -> ClientHealth:
+    each = []
+    for worker in workers:
+        one = _figures(_in_window([s for s in samples if s.worker == worker], start_ns, end_ns))
+        each.append(WorkerHealth(worker=worker, **{k: getattr(one, k) for k in WorkerHealth.__struct_fields__
+                                                   if k != "worker"}))
+
+    def busiest(name: str) -> float | None:
+        values = [v for h in each if (v := getattr(h, name)) is not None]
+        return max(values) if values else None
+
+    def total(name: str) -> float | None:
+        values = [v for h in each if (v := getattr(h, name)) is not None]
+        return round(sum(values), 2) if values else None
+
+    return ClientHealth(
+        cpu_pct_mean=busiest("cpu_pct_mean"), cpu_pct_max=busiest("cpu_pct_max"),
+        loop_lag_ms_mean=busiest("loop_lag_ms_mean"), loop_lag_ms_p99=busiest("loop_lag_ms_p99"),
+        loop_lag_ms_max=busiest("loop_lag_ms_max"), in_flight_mean=total("in_flight_mean"),
+        in_flight_max=total("in_flight_max"), samples=sum(h.samples for h in each),
+        processes=max(processes, len(each)), per_worker=each)

@@ -58,6 +58,9 @@ def _notes(run: LevelRun, result: LevelResult) -> list[str]:
         notes.append(f"{run.cut_off_at_stop} request(s) in flight were cut off when the level was aborted")
     if run.target_gone:
         notes.append("stopped: connections refused again and again, the target is gone")
+    if run.lost_workers:
+        notes.append("a load process died during this level: its figures are incomplete (--resume measures it "
+                     "again)")
     return notes
 
 
@@ -74,7 +77,7 @@ def build_level(run: LevelRun) -> LevelResult:
         started_at=run.started_at,
         t0_monotonic_ns=run.t0_monotonic_ns,
         telemetry=_telemetry(run, window),
-        client=summarize_health(run.health_samples, window.start_ns, window.end_ns),
+        client=summarize_health(run.health_samples, window.start_ns, window.end_ns, run.load_processes),
         gpu_note=None if run.gpu_samples else run.gpu_note,
         benchmark_s=run.benchmark_s,
         cut_off_at_stop=run.cut_off_at_stop,
@@ -82,6 +85,6 @@ def build_level(run: LevelRun) -> LevelResult:
         sim=sim,
     )
     result.notes = _notes(run, result)
-    if run.target_gone:
+    if run.target_gone or run.lost_workers:
         result.level_failed = True
     return result

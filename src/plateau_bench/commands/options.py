@@ -57,6 +57,11 @@ Out = Annotated[Path | None, typer.Option("--out", help="Result directory (resul
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No live view.", rich_help_panel=OUTPUT)]
 Json = Annotated[bool, typer.Option("--json", help="Print the machine summary (JSON) only.",
                                     rich_help_panel=OUTPUT)]
+Workers = Annotated[str | None, typer.Option(
+    "--workers", metavar="N|auto",
+    help="Run the load in N processes on this machine (each its own event loop and connections), started "
+         "once and sharing every level exactly; auto: one per 512 streams, up to the cores. Default: one process.",
+    rich_help_panel=TARGET)]
 Preset = Annotated[str, typer.Option("--preset", help="Twin preset when no --url is given.", rich_help_panel=TWIN)]
 SimSpeed = Annotated[float, typer.Option("--sim-speed", help="Twin clock speed-up when no --url is given.",
                                          rich_help_panel=TWIN)]
@@ -166,3 +171,22 @@ def gpu_metrics_urls(urls: list[str] | None) -> list[str]:
             raise ConfigError(f"--gpu-metrics-url must start with http:// or https:// (got {redact_url(url)!r})")
         out.append(url if urlsplit(url).path not in ("", "/") else url.rstrip("/") + "/metrics")
     return out
+
+
+MAX_WORKERS = 1024
+
+
+def parse_workers(text: str | None) -> int | str | None:
+    """``--workers``: None (one process, as always), ``"auto"`` or a count >= 1 (ConfigError otherwise)."""
+    if text is None:
+        return None
+    value = text.strip().lower()
+    if value == "auto":
+        return "auto"
+    try:
+        count = int(value)
+    except ValueError:
+        raise ConfigError(f"--workers must be a number of processes or 'auto' (got {text!r})") from None
+    if not 1 <= count <= MAX_WORKERS:
+        raise ConfigError(f"--workers must be between 1 and {MAX_WORKERS} (got {count})")
+    return count

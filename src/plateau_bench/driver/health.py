@@ -40,6 +40,7 @@ class HealthSampler:
         clock_ns: Callable[[], int] = time.monotonic_ns,
         t0_ns: int | None = None,
         busy_fraction: float = 0.0,
+        worker: int | None = None,
     ) -> None:
         if not 0.0 <= busy_fraction < 1.0:
             raise ValueError(f"busy_fraction must be in [0, 1) (got {busy_fraction})")
@@ -48,6 +49,7 @@ class HealthSampler:
         self.clock_ns = clock_ns
         self.t0_ns = t0_ns
         self.busy_fraction = busy_fraction
+        self.worker = worker
         self.samples: list[HealthSample] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._process = psutil.Process()
@@ -86,7 +88,8 @@ class HealthSampler:
             lag_ms = max(0.0, (time.perf_counter() - before - self.interval_s) * 1000.0)
             self.samples.append(HealthSample(
                 t_ns=self.clock_ns() - self.t0_ns, cpu_pct=self._process.cpu_percent(None),
-                loop_lag_ms=round(lag_ms, 3), in_flight=self.in_flight() if self.in_flight is not None else None))
+                loop_lag_ms=round(lag_ms, 3), in_flight=self.in_flight() if self.in_flight is not None else None,
+                worker=self.worker))
 
     async def _burn_loop(self) -> None:
         busy = BURN_TICK_S * self.busy_fraction

@@ -38,6 +38,12 @@ record has already gone through ``on_record``.
 
 The sender is a ``Sender`` (the streaming HTTP client, the twin in process, or a test fake): the
 loops never touch the network.
+
+Sharing a level between load processes (``driver.pool``): each process runs its part of the level
+with a ``LoadShare``. Its request indices are ``index_base + k * index_stride`` (k counting its own
+requests), so the processes' indices never collide; its closed-loop workers are numbered from
+``worker_base``, so every closed-loop worker of the level keeps its own number; an open-loop share
+sends at the given ``arrivals`` (its part of one schedule) instead of drawing a schedule itself.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+
+import msgspec
 
 from plateau_bench.errors import ErrorClass
 from plateau_bench.records import RequestRecord
@@ -94,6 +102,15 @@ class LoadProgress:
     draining: bool = False
 
 
+class LoadShare(msgspec.Struct, frozen=True, kw_only=True):
+    """One load process's part of a level (see the module docstring); the default is the whole level."""
+
+    index_base: int = 0
+    index_stride: int = 1
+    worker_base: int = 0
+    arrivals: list[int] | None = None   # open loop: offsets (ns from the measured phase's start)
+
+
 @dataclass
 class _Pending:
     task: asyncio.Task[Any] | None
@@ -117,6 +134,7 @@ async def run_level(
     progress: LoadProgress | None = None,
     seed: int = 0,
     grace_min_s: float = GRACE_MIN_S,
+    share: LoadShare | None = None,
 ) -> list[RequestRecord]:
     """Run one level and return its records (warm-up included, flagged) in completion order.
 
@@ -131,12 +149,14 @@ async def run_level(
         progress: live counters, updated in place.
         seed: seed of the open-loop arrival schedule.
         grace_min_s: the shortest drain before in-flight requests are declared hung.
+        share: this process's part of a level shared between load processes.
     """
     if not prompts:
         raise ValueError("run_level needs at least one prompt")
     level.validate()
     run = _LevelRun(sender, prompts, level, t0_ns, clock_ns, on_record, stop, finish, progress or LoadProgress(),
                     seed)
+    run.share = share or LoadShare()
     run.grace_min_ns = int(grace_min_s * NS)
     return await run.run()
 
@@ -167,6 +187,7 @@ class _LevelRun:
         self._deadline_ns: int | None = None
         self._to_send: int | None = None   # requests the current phase will send at most
         self.grace_min_ns = int(GRACE_MIN_S * NS)
+        self.share = LoadShare()
 
     def now(self) -> int:
         return self.clock_ns() - self.t0_ns
@@ -258,7 +279,7 @@ class _LevelRun:
         self._deadline_ns = deadline_ns
         self._to_send = None if count is None else self.progress.sent + count
         self._drain_start_ns = None
-        for w in range(workers):
+        for w in range(self.share.worker_base, self.share.worker_base + workers):
             self._spawn(self._worker(w, start, first_index, count, deadline_ns, warmup))
 
     async def _worker(self, worker: int, start_ns: int, first_index: int, count: int | None,
@@ -283,7 +304,8 @@ class _LevelRun:
         self._to_send = None if count is None else self.progress.sent + count
         self._drain_start_ns = None
         bound = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
-        arrivals = iter_arrival_offsets_ns(level.rate, burstiness=level.burstiness, seed=self.seed)
+        arrivals = (iter(self.share.arrivals) if self.share.arrivals is not None
+                    else iter_arrival_offsets_ns(level.rate, burstiness=level.burstiness, seed=self.seed))
         for n, offset in enumerate(arrivals):
             scheduled = start + offset
             if self._stopping or self._finishing() or (count is not None and n >= count):
@@ -308,7 +330,7 @@ class _LevelRun:
     # -- one request ----------------------------------------------------------------------------
 
     def _claim(self) -> int:
-        index = self._next_index
+        index = self.share.index_base + self._next_index * self.share.index_stride
         self._next_index += 1
         return index
 

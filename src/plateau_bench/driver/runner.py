@@ -7,6 +7,10 @@ levels it asks the ``StopRule`` it was given (the analysis's precision rule) whe
 precise enough, and when it is lets the level drain (``driver.load``). Every finished request is
 handed to ``on_record`` at once (the result writer streams it to disk).
 
+With a ``WorkerPool`` (``--workers``) the load itself runs in the pool's processes while this process
+keeps the telemetry, the precision rule and the records; the level comes out the same ``LevelRun``,
+with each process's health samples and the processes that ran it.
+
 It returns the raw ``LevelRun``: records and samples, no statistic (``analysis.level`` makes those).
 """
 
@@ -20,6 +24,7 @@ from collections.abc import Callable, Sequence
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.health import HealthSampler
 from plateau_bench.driver.load import LoadProgress, run_level
+from plateau_bench.driver.pool import PoolOutcome, WorkerPool
 from plateau_bench.errors import ErrorClass
 from plateau_bench.level_run import LevelRun, StopRule
 from plateau_bench.progress import LevelProgress
@@ -102,6 +107,7 @@ class HttpLevelRunner:
         progress: Callable[[], LevelProgress | None] = lambda: None,
         seed: int = 0,
         gpu_metrics_urls: Sequence[str] = (),
+        pool: WorkerPool | None = None,
     ) -> None:
         self.target = target
         self.prompts = prompts
@@ -111,6 +117,7 @@ class HttpLevelRunner:
         self.progress = progress
         self.seed = seed
         self.gpu_metrics_urls = list(gpu_metrics_urls)
+        self.pool = pool
         self.engine: str | None = None
         # Local GPUs (when the load runs on the GPU host): power, utilisation, clocks, through NVML.
         self._nvml, self.gpu_note = open_nvml()
@@ -126,65 +133,101 @@ class HttpLevelRunner:
         progress = self.progress()
         if progress is not None and stop_rule is not None:
             progress.precision = stop_rule.precision
-        # An unbounded open loop may need many connections; the pool opens them only as needed.
-        width = level.concurrency or level.max_concurrency or 4096
         started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
         t0 = time.monotonic_ns()
         abort, finish = asyncio.Event(), asyncio.Event()
         collect = _Collector(progress, on_record, abort)
-        load_progress = LoadProgress()
         scraper = TelemetryScraper(self.metrics_url, t0_ns=t0) if self.metrics_url else None
+        if scraper is not None:
+            await scraper.start(wait_first=True)
+            if self.metrics_required:
+                scraper.raise_if_unavailable()
+            self.engine = scraper.engine or self.engine
+        gpu = GpuPoller(self._nvml, t0_ns=t0) if self._nvml is not None else None
+        if gpu is not None:
+            await gpu.start()
+        dcgm = DcgmPoller(self.gpu_metrics_urls, t0_ns=t0) if self.gpu_metrics_urls else None
+        if dcgm is not None:
+            await dcgm.start()
+        watch = _Watch(level, stop_rule, collect.records, scraper, progress, finish, t0)
+        try:
+            load = await (self._local(level, t0, collect, abort, finish, watch) if self.pool is None
+                          else self._pooled(self.pool, level, t0, collect, abort, finish, watch))
+        finally:
+            gpu_samples = await gpu.stop() if gpu is not None else []
+            dcgm_samples = await dcgm.stop() if dcgm is not None else []
+            server_samples = await scraper.stop() if scraper is not None else []
+        return LevelRun(
+            level=level, label=label, records=collect.records, server_samples=server_samples,
+            gpu_samples=gpu_samples, dcgm_samples=dcgm_samples, health_samples=load.health,
+            notes=[*(dcgm.notes() if dcgm is not None else []), *load.notes], started_at=started_at,
+            t0_monotonic_ns=t0, cut_off_at_stop=load.cancelled, target_gone=collect.refused >= DEAD_TARGET_FAILURES,
+            engine=self.engine, gpu_note=None if gpu_samples else self.gpu_note, load_processes=load.processes,
+            lost_workers=load.lost)
+
+    async def _local(self, level: LevelSpec, t0: int, collect: _Collector, abort: asyncio.Event,
+                     finish: asyncio.Event, watch: _Watch) -> PoolOutcome:
+        """The load in this process: one client, one event loop."""
+        # An unbounded open loop may need many connections; the pool opens them only as needed.
+        width = level.concurrency or level.max_concurrency or 4096
+        load_progress = LoadProgress()
         async with StreamingClient(self.target, concurrency=width, t0_ns=t0,
                                    count_tokens=self.count_tokens) as client:
-            sender = _TrackingSender(client, progress)
+            sender = _TrackingSender(client, watch.progress)
             health = HealthSampler(t0_ns=t0, in_flight=lambda: len(sender.in_flight))
-            if scraper is not None:
-                await scraper.start(wait_first=True)
-                if self.metrics_required:
-                    scraper.raise_if_unavailable()
-                self.engine = scraper.engine or self.engine
-            gpu = GpuPoller(self._nvml, t0_ns=t0) if self._nvml is not None else None
-            if gpu is not None:
-                await gpu.start()
-            dcgm = DcgmPoller(self.gpu_metrics_urls, t0_ns=t0) if self.gpu_metrics_urls else None
-            if dcgm is not None:
-                await dcgm.start()
             health.start()
-            monitor = asyncio.create_task(self._monitor(level, stop_rule, collect.records, sender, scraper,
-                                                        progress, finish, t0))
+            monitor = asyncio.create_task(watch.run(lambda: len(sender.in_flight), sender.complete_until_ns))
             try:
                 await run_level(sender, self.prompts, level, t0_ns=t0, on_record=collect, stop=abort,
                                 finish=finish, seed=self.seed, progress=load_progress)
             finally:
                 monitor.cancel()
                 health_samples = await health.stop()
-                gpu_samples = await gpu.stop() if gpu is not None else []
-                dcgm_samples = await dcgm.stop() if dcgm is not None else []
-                server_samples = await scraper.stop() if scraper is not None else []
-        return LevelRun(
-            level=level, label=label, records=collect.records, server_samples=server_samples,
-            gpu_samples=gpu_samples, dcgm_samples=dcgm_samples, health_samples=health_samples,
-            notes=dcgm.notes() if dcgm is not None else [], started_at=started_at, t0_monotonic_ns=t0,
-            cut_off_at_stop=load_progress.cancelled, target_gone=collect.refused >= DEAD_TARGET_FAILURES,
-            engine=self.engine, gpu_note=None if gpu_samples else self.gpu_note)
+        return PoolOutcome(health=health_samples, cancelled=load_progress.cancelled, processes=1, lost=0, notes=[])
 
-    async def _monitor(self, level: LevelSpec, stop_rule: StopRule | None, records: list[RequestRecord],
-                       sender: _TrackingSender, scraper: TelemetryScraper | None,
-                       progress: LevelProgress | None, finish: asyncio.Event, t0: int) -> None:
-        while not finish.is_set():
+    async def _pooled(self, pool: WorkerPool, level: LevelSpec, t0: int, collect: _Collector, abort: asyncio.Event,
+                      finish: asyncio.Event, watch: _Watch) -> PoolOutcome:
+        """The load shared by the pool's processes; every record comes back through ``collect``."""
+        running = await pool.begin(level, t0_ns=t0, on_record=collect)
+        monitor = asyncio.create_task(watch.run(running.in_flight, running.complete_until_ns))
+        try:
+            return await running.wait(abort=abort, finish=finish)
+        finally:
+            monitor.cancel()
+
+
+class _Watch:
+    """Feeds the live view and asks the precision rule whether the level may drain."""
+
+    def __init__(self, level: LevelSpec, stop_rule: StopRule | None, records: list[RequestRecord],
+                 scraper: TelemetryScraper | None, progress: LevelProgress | None, finish: asyncio.Event,
+                 t0: int) -> None:
+        self.level = level
+        self.stop_rule = stop_rule
+        self.records = records
+        self.scraper = scraper
+        self.progress = progress
+        self.finish = finish
+        self.t0 = t0
+
+    async def run(self, in_flight: Callable[[], int], complete_until_ns: Callable[[], int]) -> None:
+        level, stop_rule, progress, scraper = self.level, self.stop_rule, self.progress, self.scraper
+        while not self.finish.is_set():
             await asyncio.sleep(_MONITOR_S)
-            elapsed = (time.monotonic_ns() - t0) / 1e9
-            if progress is not None and scraper is not None and scraper.samples:
-                last = scraper.samples[-1]
-                progress.server_running = last.get("running")
-                progress.server_waiting = last.get("waiting")
+            elapsed = (time.monotonic_ns() - self.t0) / 1e9
+            if progress is not None:
+                progress.in_flight = in_flight()
+                if scraper is not None and scraper.samples:
+                    last = scraper.samples[-1]
+                    progress.server_running = last.get("running")
+                    progress.server_waiting = last.get("waiting")
             if stop_rule is None or level.mode == "burst":
                 continue
             workers = level.concurrency or 1  # open loop: records carry worker -1, one "worker"
-            complete = sender.complete_until_ns()
+            complete = complete_until_ns()
             if progress is not None:
-                progress.ci_rel = stop_rule.ci_rel(records, workers=workers, complete_until_ns=complete)
-            if stop_rule.done(records, elapsed_s=elapsed, workers=workers, complete_until_ns=complete):
-                finish.set()
+                progress.ci_rel = stop_rule.ci_rel(self.records, workers=workers, complete_until_ns=complete)
+            if stop_rule.done(self.records, elapsed_s=elapsed, workers=workers, complete_until_ns=complete):
+                self.finish.set()
                 if progress is not None:
                     progress.draining = True

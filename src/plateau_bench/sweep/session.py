@@ -16,10 +16,12 @@ from pathlib import Path
 
 import msgspec
 
+from plateau_bench.driver.pool import WorkerPool
 from plateau_bench.driver.runner import HttpLevelRunner
+from plateau_bench.driver.split import usable_cores
 from plateau_bench.driver.target import TargetInfo, discover, tokenize_remote, wait_ready
 from plateau_bench.errors import ConfigError
-from plateau_bench.level_run import HealthSample, LevelRun
+from plateau_bench.level_run import HealthSample, LevelRun, StopRule
 from plateau_bench.progress import LevelProgress
 from plateau_bench.result import (
     LevelResult,
@@ -193,9 +195,13 @@ async def measure(prepared: Prepared, workload: WorkloadSpec,
                   out_dir: Path | None, metrics_url: str | None, metrics_required: bool,
                   observer: SweepObserver, progress: Callable[[], LevelProgress | None],
                   existing: Existing = "refuse", gpu_metrics_urls: Sequence[str] = (),
-                  roofline: Roofline | None = None) -> SweepRun:
+                  roofline: Roofline | None = None, workers: int | str | None = None) -> SweepRun:
     """Run one level or a sweep of any kind against the prepared target, saving as it goes (the
-    verdict placed on the ``roofline`` when one is given)."""
+    verdict placed on the ``roofline`` when one is given).
+
+    ``workers``: None runs the load in this process; a count or ``"auto"`` in a pool of load
+    processes started here once for the whole sweep (``driver.pool``).
+    """
     single = isinstance(plan, LevelSpec)
     spec = run_spec(prepared, workload, level=plan) if isinstance(plan, LevelSpec) else \
         run_spec(prepared, workload, plan)
@@ -205,9 +211,32 @@ async def measure(prepared: Prepared, workload: WorkloadSpec,
     the_plan: Plan = _OneLevel(plan) if isinstance(plan, LevelSpec) else plan
     limits = plan.limits if not isinstance(plan, LevelSpec) else None
     rule = stop_rule_for(limits) if limits else None
-    runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
-                             metrics_required=metrics_required, count_tokens=prepared.count_tokens,
-                             progress=progress, seed=workload.seed, gpu_metrics_urls=gpu_metrics_urls)
+    async with _load_pool(prepared, workload, workers) as pool:
+        runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
+                                 metrics_required=metrics_required, count_tokens=prepared.count_tokens,
+                                 progress=progress, seed=workload.seed, gpu_metrics_urls=gpu_metrics_urls,
+                                 pool=pool)
+        return await _run_and_save(prepared, spec, runner, the_plan, limits, rule, observer, out_dir, existing,
+                                   previous, single, roofline)
+
+
+@contextlib.asynccontextmanager
+async def _load_pool(prepared: Prepared, workload: WorkloadSpec,
+                     workers: int | str | None) -> AsyncIterator[WorkerPool | None]:
+    if workers is None:
+        yield None
+        return
+    size = usable_cores() if workers == "auto" else int(workers)
+    tokenizer = workload.tokenizer if prepared.count_tokens is not None else None
+    async with WorkerPool(size, auto=workers == "auto", target=prepared.target, prompts=prepared.prompts,
+                          tokenizer=tokenizer, seed=workload.seed) as pool:
+        yield pool
+
+
+async def _run_and_save(prepared: Prepared, spec: RunSpec, runner: HttpLevelRunner, the_plan: Plan,
+                        limits: SweepLimits | None, rule: StopRule | None, observer: SweepObserver,
+                        out_dir: Path | None, existing: Existing, previous: list[LevelResult],
+                        single: bool, roofline: Roofline | None) -> SweepRun:
     result = _new_result("run" if single else "sweep", spec, prepared)
     writer = ResultWriter(out_dir, result, existing=existing) if out_dir is not None else None
 

@@ -1,0 +1,305 @@
+"""Load processes on this machine (``--workers N|auto``): started once, given each level's parts.
+
+A single asyncio process streams on the order of 100k tokens/s and a few thousand connections
+before its own event loop limits the load. The pool starts ``N`` processes (``driver.worker``) once
+per sweep, each with its own event loop, client and connection pool, and for each level sends every
+process its exact part (``driver.split``). Each process streams back a notice per request sent and
+each record as it finishes (``driver.wire``); the coordinator hands every record to the same
+``on_record`` a single-process run uses, so the level is built from all records in one pass exactly
+as before (``analysis.level.build_level``), never from per-process figures.
+
+A process that dies mid-level (killed, out of memory) is reported in the level's notes, and the
+requests it had announced and not finished are counted as ``hung`` failures with a detail naming the
+process, so ``ok + failed == sent`` still holds; the level is marked failed (``--resume`` measures it
+again) and the process is started afresh for the next level. Requests it claimed in the last turn of
+its event loop before dying, not yet announced, cannot be known.
+
+Stopping: ``finish`` is forwarded as ``Finish`` (the processes drain), ``abort`` as ``Abort``. When the
+coordinator itself is cancelled (Ctrl-C, or SIGTERM relayed as SIGINT by ``aio``), it aborts every
+process and waits up to ``STOP_GRACE_S`` for what they finished, so no finished record is lost; the
+processes ignore SIGINT and leave when told to or when the coordinator's end of their pipe closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+import plateau_bench
+from plateau_bench.driver.split import auto_workers, split_level
+from plateau_bench.driver.wire import (
+    Abort,
+    Batch,
+    Finish,
+    LevelDone,
+    Ready,
+    RunLevel,
+    Setup,
+    Shutdown,
+    Started,
+    ToWorker,
+    frame,
+    from_worker,
+    read_frame,
+)
+from plateau_bench.errors import ErrorClass
+from plateau_bench.level_run import HealthSample
+from plateau_bench.records import RequestRecord
+from plateau_bench.spec import LevelSpec, TargetSpec
+from plateau_bench.workload.prompts import Prompt
+
+STOP_GRACE_S = 3.0      # how long an interrupted level waits for the processes' last records
+START_TIMEOUT_S = 60.0  # a process that has not said it is ready by then is not coming
+
+OnRecord = Callable[[RequestRecord], None]
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "its pipe closed"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+@dataclass
+class _Part:
+    """One process's part of the level being run: what it announced and has not finished."""
+
+    on_record: OnRecord
+    pending: dict[int, Started] = field(default_factory=dict)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    outcome: LevelDone | None = None
+    died: str | None = None
+    failure: BaseException | None = None
+
+    def take(self, batch: Batch) -> None:
+        for notice in batch.started:
+            self.pending[notice.index] = notice
+        for record in batch.records:
+            self.pending.pop(record.index, None)
+            self._deliver(record)
+
+    def _deliver(self, record: RequestRecord) -> None:
+        try:
+            self.on_record(record)
+        except Exception as exc:  # e.g. the result file cannot be written: the level stops, says why
+            self.failure = self.failure or exc
+
+    def lost(self, process: _Process, why: str, now_ns: int) -> None:
+        """The process died: its requests in flight become hung records (counted, not lost)."""
+        self.died = (f"load worker {process.number} (pid {process.pid}) died mid-level ({why}): its "
+                     f"{len(self.pending)} request(s) in flight are counted as hung")
+        detail = f"its load worker (pid {process.pid}) died ({why}) while it was in flight"
+        for notice in sorted(self.pending.values(), key=lambda n: n.index):
+            self._deliver(RequestRecord(
+                index=notice.index, worker=notice.worker, scheduled_ns=notice.scheduled_ns, sent_ns=notice.sent_ns,
+                end_ns=max(now_ns, notice.sent_ns), prompt_tokens=notice.prompt_tokens, error=ErrorClass.HUNG,
+                error_detail=detail, warmup=notice.warmup))
+        self.pending.clear()
+        self.done.set()
+
+
+class _Process:
+    def __init__(self, number: int, proc: asyncio.subprocess.Process) -> None:
+        self.number = number
+        self.proc = proc
+        self.pid = proc.pid
+        self.ready: asyncio.Future[Ready] = asyncio.get_running_loop().create_future()
+        self.part: _Part | None = None
+        self.t0_ns = 0
+        self.alive = True
+        self.reader: asyncio.Task[None] | None = None
+
+    def send(self, message: ToWorker) -> None:
+        stdin = self.proc.stdin
+        if self.alive and stdin is not None and not stdin.is_closing():
+            stdin.write(frame(message))
+
+    async def read(self) -> None:
+        assert self.proc.stdout is not None
+        while (payload := await read_frame(self.proc.stdout)) is not None:
+            message = from_worker.decode(payload)
+            if isinstance(message, Ready):
+                if not self.ready.done():
+                    self.ready.set_result(message)
+            elif self.part is None:
+                continue
+            elif isinstance(message, Batch):
+                self.part.take(message)
+            else:
+                self.part.outcome = message
+                self.part.done.set()
+        self.alive = False
+        why = _exit_reason(await self.proc.wait())
+        if not self.ready.done():
+            self.ready.set_exception(RuntimeError(f"load worker {self.number} {why} before it was ready"))
+        if self.part is not None and not self.part.done.is_set():
+            self.part.lost(self, why, time.monotonic_ns() - self.t0_ns)
+
+
+@dataclass
+class PoolOutcome:
+    """What the processes reported about a level besides its records."""
+
+    health: list[HealthSample]
+    cancelled: int
+    processes: int
+    lost: int
+    notes: list[str]
+
+
+class PoolLevel:
+    """A level running on the pool: in-flight figures for the live view and the precision rule."""
+
+    def __init__(self, parts: list[tuple[_Process, _Part]], t0_ns: int) -> None:
+        self.parts = parts
+        self.t0_ns = t0_ns
+
+    def in_flight(self) -> int:
+        return sum(len(part.pending) for _, part in self.parts)
+
+    def complete_until_ns(self) -> int:
+        """Every request sent before this time (level-relative) has finished."""
+        now = time.monotonic_ns() - self.t0_ns
+        return min((n.sent_ns for _, part in self.parts for n in part.pending.values()), default=now)
+
+    def _send_all(self, message: ToWorker) -> None:
+        for process, part in self.parts:
+            if not part.done.is_set():
+                process.send(message)
+
+    async def _forward(self, event: asyncio.Event, message: ToWorker) -> None:
+        await event.wait()
+        self._send_all(message)
+
+    async def wait(self, *, abort: asyncio.Event, finish: asyncio.Event) -> PoolOutcome:
+        """Until every part is over (finished, broken or its process dead); Ctrl-C aborts them all."""
+        forwards = [asyncio.create_task(self._forward(finish, Finish())),
+                    asyncio.create_task(self._forward(abort, Abort()))]
+        waits = [part.done.wait() for _, part in self.parts]
+        try:
+            await asyncio.gather(*waits)
+        except asyncio.CancelledError:
+            self._send_all(Abort())
+            try:
+                async with asyncio.timeout(STOP_GRACE_S):
+                    await asyncio.gather(*(part.done.wait() for _, part in self.parts))
+            except TimeoutError:
+                pass
+            raise
+        finally:
+            for task in forwards:
+                task.cancel()
+        return self._outcome()
+
+    def _outcome(self) -> PoolOutcome:
+        health: list[HealthSample] = []
+        notes, cancelled, lost = [], 0, 0
+        for process, part in self.parts:
+            process.part = None
+            if part.failure is not None:
+                raise part.failure
+            if part.died is not None:
+                notes.append(part.died)
+                lost += 1
+            if part.outcome is not None:
+                health.extend(part.outcome.health)
+                cancelled += part.outcome.cancelled
+                if part.outcome.error is not None:
+                    raise RuntimeError(f"load worker {process.number} failed: {part.outcome.error}")
+        return PoolOutcome(health=health, cancelled=cancelled, processes=len(self.parts), lost=lost, notes=notes)
+
+
+class WorkerPool:
+    """``size`` load processes for a whole sweep. Use as ``async with WorkerPool(...) as pool``."""
+
+    def __init__(self, size: int, *, auto: bool, target: TargetSpec, prompts: Sequence[Prompt],
+                 tokenizer: str | None = None, seed: int = 0) -> None:
+        self.size = size
+        self.auto = auto
+        self.setup = (target, list(prompts), tokenizer)
+        self.seed = seed
+        self.processes: list[_Process] = []
+
+    def processes_for(self, level: LevelSpec) -> int:
+        """How many processes share ``level`` (``auto``: from its streams; the parts never exceed its load)."""
+        return auto_workers(level, self.size) if self.auto else self.size
+
+    async def __aenter__(self) -> WorkerPool:
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        self.processes = [await self._spawn(i) for i in range(self.size)]
+        async with asyncio.timeout(START_TIMEOUT_S):
+            await asyncio.gather(*(p.ready for p in self.processes))
+
+    async def _spawn(self, number: int) -> _Process:
+        # The processes import this very package, wherever it was imported from.
+        root = str(Path(plateau_bench.__file__).resolve().parent.parent)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "plateau_bench.driver.worker", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, env=env, start_new_session=True, limit=1 << 26)
+        process = _Process(number, proc)
+        process.reader = asyncio.create_task(process.read())
+        target, prompts, tokenizer = self.setup
+        process.send(Setup(worker=number, target=target, prompts=prompts, tokenizer=tokenizer))
+        return process
+
+    async def _replace_dead(self) -> None:
+        for i, process in enumerate(self.processes):
+            if not process.alive:
+                if process.reader is not None:
+                    await process.reader
+                self.processes[i] = await self._spawn(i)
+                async with asyncio.timeout(START_TIMEOUT_S):
+                    await self.processes[i].ready
+
+    async def begin(self, level: LevelSpec, *, t0_ns: int, on_record: OnRecord) -> PoolLevel:
+        """Send each process its part of ``level``; then ``await PoolLevel.wait(...)``."""
+        await self._replace_dead()
+        parts = split_level(level, self.processes_for(level), self.seed)
+        running = []
+        for process, part in zip(self.processes, parts, strict=False):
+            state = _Part(on_record)
+            process.part, process.t0_ns = state, t0_ns
+            process.send(RunLevel(part=part, t0_ns=t0_ns, seed=self.seed))
+            running.append((process, state))
+        return PoolLevel(running, t0_ns)
+
+    async def close(self) -> None:
+        """Ask every process to leave; kill those that have not after a few seconds."""
+        for process in self.processes:
+            process.send(Shutdown())
+            if process.proc.stdin is not None:
+                process.proc.stdin.close()
+        for process in self.processes:
+            try:
+                async with asyncio.timeout(STOP_GRACE_S + 2.0):
+                    await process.proc.wait()
+            except TimeoutError:
+                process.proc.kill()
+                await process.proc.wait()
+            if process.reader is not None:
+                await asyncio.gather(process.reader, return_exceptions=True)
+        self.processes = []

@@ -110,3 +110,18 @@ def test_the_real_limit() -> None:
         with pytest.raises(ConfigError, match="hard limit"):
             ensure_open_files(hard + 1)
     assert resource.getrlimit(resource.RLIMIT_NOFILE) == (soft, hard)
+
+
+def test_more_connections_than_local_ports_are_refused_in_one_line(tmp_path: Any) -> None:
+    from plateau_bench.driver.limits import check_local_ports, local_ports
+
+    port_range = tmp_path / "ip_local_port_range"
+    port_range.write_text("32768\t60999\n")
+    assert local_ports(port_range) == 28232
+    check_local_ports(28232, port_range)   # exactly as many: allowed
+    with pytest.raises(ConfigError) as caught:
+        check_local_ports(40000, port_range)
+    message = str(caught.value)
+    assert "40,000 simultaneous connections" in message and "28,232" in message and "\n" not in message
+    assert "ip_local_port_range" in message
+    check_local_ports(40000, tmp_path / "missing")   # not Linux: nothing known, nothing refused

@@ -47,6 +47,7 @@ def test_steady_sim_runs_for_the_virtual_duration() -> None:
     (["sim", "--mode", "sideways"], "--mode must be"),
     (["sim", "--max-num-batched-tokens", "8", "--max-num-seqs", "16"], "--max-num-batched-tokens"),
     (["serve-sim", "--speed", "0"], "--speed must be > 0"),
+    (["serve-sim", "--backlog", "0"], "--backlog must be between 1 and"),
 ])
 def test_bad_input_is_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:

@@ -18,9 +18,9 @@ import aiohttp
 import psutil
 import pytest
 
-from plateau_bench.sim.embed import start_sim_server
+from plateau_bench.sim.embed import ServeOptions, start_sim_server
 from plateau_bench.sim.presets import get_preset
-from plateau_bench.sim.server import LISTEN_BACKLOG, backlog_note
+from plateau_bench.sim.server import LISTEN_BACKLOG, backlog_note, raise_open_files
 
 TINY = get_preset("tiny")
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -163,3 +163,45 @@ def test_a_capped_backlog_is_named(tmp_path: Path) -> None:
     somaxconn.write_text("4096\n")
     assert backlog_note(4096, somaxconn) is None
     assert backlog_note(4096, tmp_path / "missing") is None
+
+
+@pytest.mark.skipif(shutil.which("ss") is None, reason="needs ss (iproute2) to read the backlog")
+async def test_the_backlog_is_what_serve_sim_was_given() -> None:
+    server = ServeOptions(backlog=333).server(TINY)
+    port = await server.start("127.0.0.1", 0)
+    try:
+        out = subprocess.run(["ss", "-ltnH", f"sport = :{port}"], capture_output=True, text=True,
+                             check=True).stdout.split()
+    finally:
+        await server.stop()
+    assert int(out[2]) == 333
+
+
+class _Limits:
+    RLIMIT_NOFILE = 7
+    RLIM_INFINITY = -1
+
+    def __init__(self, soft: int, hard: int) -> None:
+        self.soft, self.hard = soft, hard
+
+    def getrlimit(self, which: int) -> tuple[int, int]:
+        return self.soft, self.hard
+
+    def setrlimit(self, which: int, limits: tuple[int, int]) -> None:
+        if limits[0] > self.hard != self.RLIM_INFINITY:
+            raise ValueError("above the hard limit")
+        self.soft = limits[0]
+
+
+def test_the_server_raises_its_open_file_limit_and_says_when_it_cannot(monkeypatch: pytest.MonkeyPatch) -> None:
+    limits = _Limits(1024, 524288)
+    monkeypatch.setitem(sys.modules, "resource", limits)
+    assert raise_open_files(8192) is None and limits.soft == 524288
+    limits = _Limits(1024, 2048)
+    monkeypatch.setitem(sys.modules, "resource", limits)
+    note = raise_open_files(8192)
+    assert limits.soft == 2048
+    assert note is not None and "the open-file limit is 2,048" in note and "ulimit -n 8256" in note
+    limits = _Limits(256, -1)
+    monkeypatch.setitem(sys.modules, "resource", limits)
+    assert raise_open_files(4096) is None and limits.soft == 4096 + 64

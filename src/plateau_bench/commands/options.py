@@ -149,9 +149,11 @@ Overwrite = Annotated[bool, typer.Option("--overwrite", help="Replace the result
 
 def check_load_size(connections: int) -> None:
     """Refuse what cannot work before anything is allocated; raise the open-file limit when it allows."""
-    from plateau_bench.driver.limits import ensure_open_files, files_needed
+    from plateau_bench.driver.limits import check_local_ports, ensure_open_files, files_needed
 
-    note = ensure_open_files(files_needed(connections))
+    needed = files_needed(connections)
+    check_local_ports(connections)
+    note = ensure_open_files(needed)
     if note:
         typer.echo(f"plateau: {note}", err=True)
 

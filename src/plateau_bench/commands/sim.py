@@ -248,6 +248,9 @@ def serve_sim_cmd(
     interconnect: r.Interconnect = None,
     efficiency: r.Efficiency = None,
     efficiency_from: r.EfficiencyFrom = None,
+    backlog: Annotated[int, typer.Option("--backlog", help="Listen backlog: new connections the kernel holds "
+                                         "before they are accepted (capped by net.core.somaxconn); a burst of "
+                                         "more overflows it and waits on SYN retries.")] = 4096,
 ) -> None:
     """Serve the simulated engine as an OpenAI-compatible server with vLLM's /metrics."""
     from plateau_bench.aio import run
@@ -269,7 +272,9 @@ def serve_sim_cmd(
         typer.echo(f"plateau serve-sim: engine {derived[1]}", err=True)
     fault_spec = parse_faults(faults) if faults else None
     options = ServeOptions(speed=speed, metrics=not no_metrics, reject_when_waiting=reject_when_waiting,
-                           reject_status=reject_status, faults=fault_spec, faults_seed=faults_seed)
+                           reject_status=reject_status, faults=fault_spec, faults_seed=faults_seed,
+                           backlog=backlog)
+    options.validate()
 
     def ready(bound: int) -> None:
         injected = f", faults {fault_spec.spec()} (seed {faults_seed})" if fault_spec and fault_spec.any else ""

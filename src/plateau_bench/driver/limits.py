@@ -8,6 +8,11 @@ So the soft limit is raised to what the load needs, up to the hard limit, as ``u
 (an unprivileged process may raise its soft limit up to the hard one); when even the hard limit
 is too low, the run is refused with a one-line ``ConfigError`` saying what to change.
 
+Local ports: every connection to one server address (host and port) takes a local port of its own,
+from ``net.ipv4.ip_local_port_range`` (Linux: 32768-60999, 28,232 ports). Past that ``connect`` fails
+with ``EADDRNOTAVAIL`` for every further request, whatever the server does, and ``--workers`` does not
+help: the processes share the machine's ports. ``check_local_ports`` refuses such a load in one line.
+
 ``files_needed`` adds a fixed headroom to the connections for what else is open at the same
 time: standard streams, the event loop's selector and wake-up pipe, the telemetry scraper's and
 the health sampler's connections, result and log files, a tokenizer, NVML, and a second
@@ -17,6 +22,7 @@ connection for a request resent once on a fresh connection.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from plateau_bench.errors import ConfigError
 from plateau_bench.spec import MAX_CONCURRENCY, check_concurrency
@@ -27,8 +33,9 @@ else:  # pragma: no cover - no RLIMIT_NOFILE on Windows
     resource = None
 
 FILE_HEADROOM = 64
+PORT_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
-__all__ = ["FILE_HEADROOM", "MAX_CONCURRENCY", "ensure_open_files", "files_needed"]
+__all__ = ["FILE_HEADROOM", "MAX_CONCURRENCY", "check_local_ports", "ensure_open_files", "files_needed", "local_ports"]
 
 
 def files_needed(connections: int) -> int:
@@ -76,4 +83,25 @@ def ensure_open_files(needed: int) -> str | None:
     raise ConfigError(
         f"this load needs {needed:,} open files but the limit is {soft:,} and could not be raised "
         f"({error}); run ulimit -n {needed} first or lower the concurrency"
+    )
+
+
+def local_ports(port_range: Path = PORT_RANGE) -> int | None:
+    """Local ports one destination can be connected from (Linux), or None where unknown."""
+    try:
+        low, high = (int(x) for x in port_range.read_text().split()[:2])
+    except (OSError, ValueError):
+        return None
+    return max(0, high - low + 1)
+
+
+def check_local_ports(connections: int, port_range: Path = PORT_RANGE) -> None:
+    """Refuse, in one line, more simultaneous connections to one server than there are local ports."""
+    ports = local_ports(port_range)
+    if ports is None or connections <= ports:
+        return
+    raise ConfigError(
+        f"{connections:,} simultaneous connections to one server need as many local ports, but this machine has "
+        f"{ports:,} (net.ipv4.ip_local_port_range); widen the range (sysctl -w net.ipv4.ip_local_port_range="
+        f"\"1024 65535\"), lower the concurrency, or spread the load over several machines"
     )

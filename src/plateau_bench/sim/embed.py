@@ -32,7 +32,7 @@ from plateau_bench.aio import new_event_loop
 from plateau_bench.errors import ConfigError
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.faults import FaultSpec
-from plateau_bench.sim.server import SimServer
+from plateau_bench.sim.server import LISTEN_BACKLOG, MAX_BACKLOG, SimServer, raise_open_files
 
 READY_TIMEOUT_S = 30.0
 
@@ -46,17 +46,20 @@ class ServeOptions(msgspec.Struct, frozen=True, kw_only=True):
     reject_status: int = 429
     faults: FaultSpec | None = None
     faults_seed: int = 0
+    backlog: int = LISTEN_BACKLOG
 
     def validate(self) -> None:
         if self.speed <= 0:
             raise ConfigError(f"--speed must be > 0 (got {self.speed})")
+        if not 1 <= self.backlog <= MAX_BACKLOG:
+            raise ConfigError(f"--backlog must be between 1 and {MAX_BACKLOG:,} (got {self.backlog})")
         if self.faults is not None:
             self.faults.validate()
 
     def server(self, config: EngineConfig) -> SimServer:
         return SimServer(config, speed=self.speed, metrics=self.metrics,
                          reject_when_waiting=self.reject_when_waiting, reject_status=self.reject_status,
-                         faults=self.faults, faults_seed=self.faults_seed)
+                         faults=self.faults, faults_seed=self.faults_seed, backlog=self.backlog)
 
 
 def _bind_error(exc: OSError, host: str, port: int) -> ConfigError:
@@ -203,8 +206,9 @@ async def serve_forever(config: EngineConfig, options: ServeOptions, *, host: st
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):   # Windows: Ctrl-C raises KeyboardInterrupt
             loop.add_signal_handler(sig, stop.set)
-    if server.backlog_note is not None:
-        print(f"plateau serve-sim: {server.backlog_note}", file=sys.stderr, flush=True)
+    for note in (server.backlog_note, raise_open_files(options.backlog)):
+        if note is not None:
+            print(f"plateau serve-sim: {note}", file=sys.stderr, flush=True)
     if on_ready is not None:
         on_ready(bound)
     try:

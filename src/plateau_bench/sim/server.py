@@ -41,6 +41,8 @@ _DEFAULT_COMPLETION_MAX_TOKENS = 16   # the OpenAI/vLLM default for /v1/completi
 # aiohttp listens with a backlog of 128: a burst of C=4096 new connections overflows it, and each
 # dropped SYN costs its client a 1 s, 3 s, ... retransmission. The kernel caps it at somaxconn.
 LISTEN_BACKLOG = 4096
+MAX_BACKLOG = 1 << 20
+_FILE_HEADROOM = 64
 # How long stop() lets handlers finish once their streams are aborted (they end at once; this only
 # bounds a handler stuck elsewhere, which aiohttp then cancels).
 _SHUTDOWN_GRACE_S = 0.5
@@ -62,6 +64,29 @@ def backlog_note(requested: int, somaxconn: Path = _SOMAXCONN) -> str | None:
     return (f"net.core.somaxconn is {cap}: the listen backlog is capped at {cap}, not {requested}, so a burst of "
             f"more than {cap} new connections waits on SYN retries (raise it: sysctl -w "
             f"net.core.somaxconn={requested})")
+
+
+def raise_open_files(connections: int) -> str | None:
+    """Let the server hold as many connections as the system allows: the soft open-file limit raised to
+    the hard one (as ``ulimit -n`` would; an unprivileged process may). A note when even that holds fewer
+    than ``connections`` (each is an open file), else None. Load tests of thousands of streams otherwise
+    end in the server's ``EMFILE`` at 1,024 connections, which clients see as refused connections."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > soft):
+        wanted = hard if hard != resource.RLIM_INFINITY else max(soft, connections + _FILE_HEADROOM)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (OSError, ValueError):
+            pass
+    if soft == resource.RLIM_INFINITY or soft >= connections + _FILE_HEADROOM:
+        return None
+    return (f"the open-file limit is {soft:,}: the server holds at most ~{soft - _FILE_HEADROOM:,} connections "
+            f"(raise it: ulimit -n {connections + _FILE_HEADROOM} or LimitNOFILE=)")
 
 
 class SimServer:

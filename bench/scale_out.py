@@ -1,0 +1,199 @@
+"""Scaling the load out over processes (``--workers``): what one machine's load generator delivers.
+
+Usage: ``.venv/bin/python bench/scale_out.py [--quick] [--json PATH]``
+
+``plateau serve-sim`` runs in a child process (preset ``tiny`` with its cap lifted to 16,384 and a
+KV cache for all of them, ``--speed 4``, ``--backlog 8192``). Its step time grows by 0.1 ms per
+sequence, so the engine's demand stays near ``speed / 0.1 ms`` = ~40,000 tokens/s at every
+concurrency: a 256-stream level streams a token every ~7 ms per stream, an 8,192-stream level one
+every ~200 ms. Each steady level (closed loop, 32-token answers, ``DURATION_S`` of load, then the drain) runs
+through the same runner as ``plateau run``, with the load in this process (``-``) or in a pool of
+1, 2 or ``auto`` processes started once per configuration, as a sweep does. Each record is
+encoded as JSON as it arrives, as the result writer would.
+
+Per level:
+
+* ``tok/s``: output throughput over the level's steady window (``analysis``, as every result);
+* ``cpu ms/1k``: CPU time (user + system) of every load process (the coordinator included) over the
+  whole level, per 1,000 tokens streamed; ``srv ms/1k`` the same for serve-sim;
+* ``lag p99``: the event-loop lag p99 of the busiest load process (ms);
+* ``TTFT err``: the client's mean TTFT minus the engine's own mean TTFT for the same requests (the
+  difference of serve-sim's ``vllm:time_to_first_token_seconds`` histogram over the level): both
+  paths of the error together, out (the client's send, the server's read) and back (the server's
+  write, the client's read); ``bench/client_overhead.py`` splits them against a logging server;
+* ``connect p99``: the time requests waited for a connection (a listen backlog that overflowed
+  costs 1 s and more of SYN retries);
+* ``failed``: failed or hung requests (a request still in flight when the drain's grace period ends
+  is hung: a load generator too slow to connect its requests makes them late, not lost);
+* ``lost`` (per configuration, after the table): requests the engine finished that the client has no
+  record of at all (its histogram's count less the client's records, when positive).
+
+This machine has two cores and serve-sim shares them with the load processes, so the figures show
+what two cores give to server and client together: more load processes than cores only share
+them, and the server's own CPU bounds the throughput. Figures only, no assertions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from plateau_bench.aio import run as run_async
+from plateau_bench.analysis.level import build_level
+from plateau_bench.driver.limits import ensure_open_files, files_needed
+from plateau_bench.driver.pool import WorkerPool
+from plateau_bench.driver.runner import HttpLevelRunner
+from plateau_bench.driver.split import usable_cores
+from plateau_bench.records import RequestRecord
+from plateau_bench.spec import LevelSpec, TargetSpec
+from plateau_bench.workload.prompts import Prompt
+
+SPEED = 4.0
+DURATION_S = 6.0
+OUTPUT_TOKENS = 32
+LEVELS = (256, 1024, 2048, 4096, 8192)
+CONFIGS: tuple[int | str | None, ...] = (None, 1, 2, "auto")
+_TTFT = re.compile(r'^vllm:time_to_first_token_seconds_(sum|count)\{[^}]*\} (\S+)$', re.M)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serve_sim() -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    args = [sys.executable, "-m", "plateau_bench", "serve-sim", "--preset", "tiny", "--max-num-seqs", "16384",
+            "--kv-tokens", "4000000", "--speed", f"{SPEED:g}", "--backlog", "8192", "--port", str(port)]
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if b"Ctrl-C to stop" in line:
+            break
+    return proc, f"http://127.0.0.1:{port}"
+
+
+async def _engine_ttft(url: str) -> tuple[float, float]:
+    async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as resp:
+        text = await resp.text()
+    values = {m.group(1): float(m.group(2)) for m in _TTFT.finditer(text)}
+    return values.get("sum", 0.0), values.get("count", 0.0)
+
+
+def _cpu_s(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        times = psutil.Process(pid).cpu_times()
+        total += times.user + times.system
+    return total
+
+
+async def _level(runner: HttpLevelRunner, url: str, c: int, pids: list[int], server_pid: int) -> dict[str, Any]:
+    sink = bytearray()
+
+    def on_record(record: RequestRecord) -> None:   # what the result writer does with each record
+        sink.extend(msgspec.json.encode(record))
+        if len(sink) > 1 << 24:
+            sink.clear()
+
+    ttft_before = await _engine_ttft(url)
+    cpu_before, server_before = _cpu_s(pids), _cpu_s([server_pid])
+    run = await runner.run_level(LevelSpec(mode="steady", concurrency=c, duration_s=DURATION_S), label=f"C={c}",
+                                 on_record=on_record, stop_rule=None)
+    cpu, server_cpu = _cpu_s(pids) - cpu_before, _cpu_s([server_pid]) - server_before
+    ttft_after = await _engine_ttft(url)
+    level = build_level(run)
+    ok = [r for r in run.records if r.error is None and r.first_token_ns is not None]
+    tokens = sum(r.output_tokens for r in run.records)
+    client_ttft_ms = sum((r.first_token_ns or 0) - r.sent_ns for r in ok) / len(ok) / 1e6 if ok else float("nan")
+    served = ttft_after[1] - ttft_before[1]
+    engine_ttft_ms = (ttft_after[0] - ttft_before[0]) / served * 1e3 if served else float("nan")
+    per_1k = 1e6 / tokens if tokens else float("nan")
+    return {"c": c, "tok_s": level.output_throughput, "cpu_ms_per_1k": cpu * per_1k,
+            "server_cpu_ms_per_1k": server_cpu * per_1k,
+            "lag_p99_ms": level.client.loop_lag_ms_p99, "connect_p99_ms": level.connect_ms.p99,
+            "ttft_err_ms": client_ttft_ms - engine_ttft_ms,
+            "failed": level.failed, "lost": max(0, int(served) - len(run.records)), "processes": level.client.processes,
+            "requests": len(run.records)}
+
+
+async def _config(workers: int | str | None, url: str, levels: tuple[int, ...],
+                  server_pid: int) -> list[dict[str, Any]]:
+    target = TargetSpec(url=url, model="tiny", timeout_s=120.0)
+    prompts = [Prompt(" ".join(f"w{i}" for i in range(k, k + 32)), 32, OUTPUT_TOKENS) for k in range(64)]
+    if workers is None:
+        runner = HttpLevelRunner(target, prompts, metrics_url=None)
+        return [await _level(runner, url, c, [psutil.Process().pid], server_pid) for c in levels]
+    size = usable_cores() if workers == "auto" else int(workers)
+    async with WorkerPool(size, auto=workers == "auto", target=target, prompts=prompts) as pool:
+        runner = HttpLevelRunner(target, prompts, metrics_url=None, pool=pool)
+        rows = []
+        for c in levels:
+            pids = [psutil.Process().pid, *(p.pid for p in pool.processes)]
+            rows.append(await _level(runner, url, c, pids, server_pid))
+        return rows
+
+
+def _print(workers: int | str | None, row: dict[str, Any]) -> None:
+    # "streams" marks the real-time figures (tests/test_readme.py does not compare them: machine noise)
+    print(f"{row['c']:>6} streams {_label(workers):>7} {row['processes']:>5}  {row['tok_s']:>9,.0f}  "
+          f"{row['cpu_ms_per_1k']:>9.1f}  {row['server_cpu_ms_per_1k']:>9.1f}  {row['lag_p99_ms'] or 0.0:>8.1f}  "
+          f"{row['ttft_err_ms']:>9.1f}  {row['connect_p99_ms'] or 0.0:>9.1f}  {row['failed']:>6}", flush=True)
+
+
+def _label(workers: int | str | None) -> str:
+    return "-" if workers is None else str(workers)
+
+
+async def _main(quick: bool) -> dict[str, list[dict[str, Any]]]:
+    ensure_open_files(files_needed(max(LEVELS) * 2))
+    levels = (256, 2048) if quick else LEVELS
+    server, url = _serve_sim()
+    out: dict[str, list[dict[str, Any]]] = {}
+    try:
+        print(f"serve-sim tiny (cap 16,384), speed x{SPEED:g}, {OUTPUT_TOKENS}-token answers, steady levels of "
+              f"{DURATION_S:g} s; {usable_cores()} cores shared by serve-sim and the load")
+        print("     C         workers procs      tok/s  cpu ms/1k  srv ms/1k   lag p99   TTFT err  connect p99")
+        for workers in CONFIGS:
+            rows = await _config(workers, url, levels, server.pid)
+            for row in rows:
+                _print(workers, row)
+            out[str(workers)] = rows
+        for workers in CONFIGS:
+            rows = out[str(workers)]
+            print(f"workers {_label(workers)}: requests lost {sum(r['lost'] for r in rows)} over levels C="
+                  + ",".join(str(r["c"]) for r in rows))
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="two levels only")
+    parser.add_argument("--json", help="also write the figures here")
+    args = parser.parse_args()
+    started = time.monotonic()
+    figures = run_async(_main(args.quick))
+    print(f"(wall time {time.monotonic() - started:.0f} s)")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -134,3 +134,16 @@ def test_bad_workers_is_one_line(bad: str) -> None:
     with pytest.raises(ConfigError, match="--workers"):
         o.parse_workers(bad)
     assert o.parse_workers(" Auto ") == "auto" and o.parse_workers("3") == 3 and o.parse_workers(None) is None
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("2", "auto", None), "drop --workers"),
+    ((None, None, 2), "give --ray auto|ADDRESS too"),
+    ((None, "auto", 0), "--workers-per-node must be between"),
+    ((None, " ", None), "--ray is empty"),
+])
+def test_ray_flags_are_checked_together(args: tuple[str | None, str | None, int | None], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment.replace("|", "\\|")):
+        o.load_placement(*args)
+    assert o.load_placement(None, " 10.0.0.1:6379 ", 4) == (None, "10.0.0.1:6379", 4)
+    assert o.load_placement("auto", None, None) == ("auto", None, 1)

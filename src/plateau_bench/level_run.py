@@ -17,6 +17,7 @@ from typing import Protocol
 import msgspec
 
 from plateau_bench.records import RequestRecord
+from plateau_bench.result import WorkerClock
 from plateau_bench.spec import LevelSpec
 from plateau_bench.telemetry.samples import TelemetrySample
 
@@ -54,6 +55,7 @@ class LevelRun(msgspec.Struct, kw_only=True):
     notes: list[str] = msgspec.field(default_factory=list)
     load_processes: int = 1               # load processes that ran the level (``--workers``)
     lost_workers: int = 0                 # load processes that died during the level
+    worker_clocks: list[WorkerClock] = msgspec.field(default_factory=list)   # workers on other clocks (Ray)
 
 
 class StopRule(Protocol):

@@ -74,6 +74,20 @@ class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):
     per_worker: list[WorkerHealth] = msgspec.field(default_factory=list)
 
 
+class WorkerClock(msgspec.Struct, frozen=True, kw_only=True):
+    """A load worker's clock against the coordinator's (``--ray``), estimated before the level.
+
+    ``offset_ns`` is the worker's monotonic clock less the coordinator's, from the round trip of least
+    delay (``rtt_ns``; the offset is good to half of it). It only places the worker's level on the
+    coordinator's timeline: every latency is a difference of one worker's own clock readings.
+    """
+
+    worker: int
+    node: str | None = None
+    offset_ns: int = 0
+    rtt_ns: int | None = None
+
+
 class ServerTelemetry(msgspec.Struct, frozen=True, kw_only=True):
     """The server's ``/metrics`` (and GPU) figures over a level's window (see ``telemetry.summary``).
 
@@ -194,6 +208,7 @@ class LevelResult(msgspec.Struct, kw_only=True):
     gpu_metrics: GpuMetrics | None = None    # DCGM exporters, when --gpu-metrics-url was given
     benchmark_s: float | None = None         # seconds of load spent (virtual time for the twin)
     sim: SimLevelInfo | None = None
+    worker_clocks: list[WorkerClock] = msgspec.field(default_factory=list)   # --ray: each worker's clock offset
 
 
 class Plateau(msgspec.Struct, frozen=True):

@@ -31,13 +31,13 @@ SHORT = 0.85              # in flight below this share of the requested concurre
 
 
 def _spread(lv: LevelResult) -> list[str]:
-    """How to give the load more event loops: ``--workers`` (each process is one loop on one core)."""
+    """How to give the load more event loops: ``--workers``, ``--ray`` (each process is one loop on one core)."""
     n = lv.client.processes
     if n <= 1:
         return ["spread the load over several processes on this machine: --workers auto (one per 512 streams, "
                 "up to the cores) or --workers N"]
     return [f"the busiest of the {n} load processes was saturated: more of them (--workers {2 * n}) if the cores "
-            "allow, else a second load machine"]
+            "allow, else more machines (--ray, --workers-per-node)"]
 
 
 def _stalled(levels: Sequence[LevelResult]) -> Verdict | None:

@@ -83,6 +83,7 @@ def build_level(run: LevelRun) -> LevelResult:
         cut_off_at_stop=run.cut_off_at_stop,
         gpu_metrics=gpu_metrics(run.dcgm_samples, window.start_ns, window.end_ns) if run.dcgm_samples else None,
         sim=sim,
+        worker_clocks=list(run.worker_clocks),
     )
     result.notes = _notes(run, result)
     if run.target_gone or run.lost_workers:

@@ -62,6 +62,12 @@ Workers = Annotated[str | None, typer.Option(
     help="Run the load in N processes on this machine (each its own event loop and connections), started "
          "once and sharing every level exactly; auto: one per 512 streams, up to the cores. Default: one process.",
     rich_help_panel=TARGET)]
+Ray = Annotated[str | None, typer.Option(
+    "--ray", metavar="auto|ADDRESS",
+    help="Run the load as Ray actors on every node of a Ray cluster (auto: the one this machine belongs to; "
+         "else its head's address). Needs plateau-bench[ray] on every node.", rich_help_panel=TARGET)]
+WorkersPerNode = Annotated[int | None, typer.Option(
+    "--workers-per-node", help="--ray: load actors per node (default 1).", rich_help_panel=TARGET)]
 Preset = Annotated[str, typer.Option("--preset", help="Twin preset when no --url is given.", rich_help_panel=TWIN)]
 SimSpeed = Annotated[float, typer.Option("--sim-speed", help="Twin clock speed-up when no --url is given.",
                                          rich_help_panel=TWIN)]
@@ -192,3 +198,18 @@ def parse_workers(text: str | None) -> int | str | None:
     if not 1 <= count <= MAX_WORKERS:
         raise ConfigError(f"--workers must be between 1 and {MAX_WORKERS} (got {count})")
     return count
+
+
+def load_placement(workers: str | None, ray: str | None,
+                   workers_per_node: int | None) -> tuple[int | str | None, str | None, int]:
+    """``--workers``, ``--ray`` and ``--workers-per-node`` checked together: (workers, ray address, per node)."""
+    if ray is not None and workers is not None:
+        raise ConfigError("--ray places its workers on the cluster's nodes (--workers-per-node); drop --workers")
+    if workers_per_node is not None and ray is None:
+        raise ConfigError("--workers-per-node places Ray actors: give --ray auto|ADDRESS too (or use --workers)")
+    per_node = 1 if workers_per_node is None else workers_per_node
+    if not 1 <= per_node <= MAX_WORKERS:
+        raise ConfigError(f"--workers-per-node must be between 1 and {MAX_WORKERS} (got {per_node})")
+    if ray is not None and not ray.strip():
+        raise ConfigError("--ray is empty: give auto or the cluster's address (host:port or ray://host:port)")
+    return parse_workers(workers), ray.strip() if ray is not None else None, per_node

@@ -47,6 +47,8 @@ def run_cmd(
     no_metrics: o.NoMetrics = False,
     gpu_metrics_url: o.GpuMetricsUrl = None,
     workers: o.Workers = None,
+    ray: o.Ray = None,
+    workers_per_node: o.WorkersPerNode = None,
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Closed-loop workers (burst "
                                                     "or steady).", rich_help_panel=LEVEL)] = None,
     num_requests: Annotated[int | None, typer.Option("--num-requests", "-n", help="Requests to send "
@@ -83,7 +85,7 @@ def run_cmd(
 
     level = level_spec(mode, concurrency, num_requests, duration, rate, burstiness, max_concurrency, warmup)
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
-    load_workers = o.parse_workers(workers)
+    load_workers, ray_address, per_node = o.load_placement(workers, ray, workers_per_node)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
     o.check_load_size(level.concurrency or level.max_concurrency or 0)
     console = o.wide_console()
@@ -101,7 +103,8 @@ def run_cmd(
                                            metrics_required=required, observer=view,
                                            progress=lambda: view.progress,
                                            existing="overwrite" if overwrite else "refuse",
-                                           gpu_metrics_urls=dcgm_urls, workers=load_workers)
+                                           gpu_metrics_urls=dcgm_urls, workers=load_workers, ray=ray_address,
+                                     workers_per_node=per_node)
         if as_json:
             typer.echo(msgspec.json.format(msgspec.json.encode(done.result.levels[0]), indent=2).decode())
         else:

@@ -85,6 +85,8 @@ def sweep_cmd(
     no_metrics: o.NoMetrics = False,
     gpu_metrics_url: o.GpuMetricsUrl = None,
     workers: o.Workers = None,
+    ray: o.Ray = None,
+    workers_per_node: o.WorkersPerNode = None,
     concurrency: Annotated[str | None, typer.Option("--concurrency", "-c", help="A fixed grid, e.g. "
                                                     "1,16,64,256 (default: adaptive search).",
                                                     rich_help_panel=SEARCH)] = None,
@@ -171,7 +173,7 @@ def sweep_cmd(
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
     ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect,
                                input_len=input_len, output_len=output_len)
-    load_workers = o.parse_workers(workers)
+    load_workers, ray_address, per_node = o.load_placement(workers, ray, workers_per_node)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
     o.check_load_size(_widest(plan))
     out_dir = resume or out_dir_or_temp(out, "sweep")
@@ -190,7 +192,7 @@ def sweep_cmd(
                                      metrics_required=required, observer=view, progress=lambda: view.progress,
                                      existing="resume" if resume else "overwrite" if overwrite or out is None
                                      else "refuse", gpu_metrics_urls=dcgm_urls, roofline=ceiling,
-                                     workers=load_workers)
+                                     workers=load_workers, ray=ray_address, workers_per_node=per_node)
         if as_json:
             data = msgspec.to_builtins(done.result)
             data["out"] = str(out_dir)

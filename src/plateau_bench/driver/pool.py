@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Protocol
 
 import plateau_bench
 from plateau_bench.driver.split import auto_workers, split_level
@@ -38,6 +39,7 @@ from plateau_bench.driver.wire import (
     Abort,
     Batch,
     Finish,
+    FromWorker,
     LevelDone,
     Ready,
     RunLevel,
@@ -52,6 +54,7 @@ from plateau_bench.driver.wire import (
 from plateau_bench.errors import ErrorClass
 from plateau_bench.level_run import HealthSample
 from plateau_bench.records import RequestRecord
+from plateau_bench.result import WorkerClock
 from plateau_bench.spec import LevelSpec, TargetSpec
 from plateau_bench.workload.prompts import Prompt
 
@@ -96,11 +99,11 @@ class _Part:
         except Exception as exc:  # e.g. the result file cannot be written: the level stops, says why
             self.failure = self.failure or exc
 
-    def lost(self, process: _Process, why: str, now_ns: int) -> None:
-        """The process died: its requests in flight become hung records (counted, not lost)."""
-        self.died = (f"load worker {process.number} (pid {process.pid}) died mid-level ({why}): its "
-                     f"{len(self.pending)} request(s) in flight are counted as hung")
-        detail = f"its load worker (pid {process.pid}) died ({why}) while it was in flight"
+    def lost(self, worker: LoadWorker, why: str, now_ns: int) -> None:
+        """The worker died: its requests in flight become hung records (counted, not lost)."""
+        self.died = (f"{worker.describe()} died mid-level ({why}): its {len(self.pending)} request(s) in flight "
+                     "are counted as hung")
+        detail = f"its {worker.describe()} died ({why}) while it was in flight"
         for notice in sorted(self.pending.values(), key=lambda n: n.index):
             self._deliver(RequestRecord(
                 index=notice.index, worker=notice.worker, scheduled_ns=notice.scheduled_ns, sent_ns=notice.sent_ns,
@@ -110,15 +113,63 @@ class _Part:
         self.done.set()
 
 
-class _Process:
-    def __init__(self, number: int, proc: asyncio.subprocess.Process) -> None:
+class LoadWorker:
+    """One load worker as the coordinator sees it: a local process here, a Ray actor in ``driver.ray_pool``.
+
+    Subclasses deliver messages (``send``) and feed what comes back to ``dispatch``; ``ended`` says the
+    worker is gone. ``offset_ns`` is the worker's monotonic clock less the coordinator's (0 on this
+    machine, whose processes share one clock), ``rtt_ns`` the round trip it was estimated with.
+    """
+
+    def __init__(self, number: int, pid: int, node: str | None = None) -> None:
         self.number = number
-        self.proc = proc
-        self.pid = proc.pid
+        self.pid = pid
+        self.node = node
         self.ready: asyncio.Future[Ready] = asyncio.get_running_loop().create_future()
         self.part: _Part | None = None
         self.t0_ns = 0
         self.alive = True
+        self.offset_ns = 0
+        self.rtt_ns: int | None = None
+
+    def send(self, message: ToWorker) -> None:
+        raise NotImplementedError
+
+    async def sync_clock(self) -> None:
+        """Estimate ``offset_ns`` before a level (nothing to do on one machine)."""
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return f"load worker {self.number} (pid {self.pid}" + (f" on {self.node})" if self.node else ")")
+
+    def dispatch(self, message: FromWorker) -> None:
+        if isinstance(message, Ready):
+            if not self.ready.done():
+                self.ready.set_result(message)
+        elif self.part is None:
+            return
+        elif isinstance(message, Batch):
+            self.part.take(message)
+        else:
+            self.part.outcome = message
+            self.part.done.set()
+
+    def ended(self, why: str) -> None:
+        self.alive = False
+        if not self.ready.done():
+            self.ready.set_exception(RuntimeError(f"{self.describe()} {why} before it was ready"))
+        if self.part is not None and not self.part.done.is_set():
+            self.part.lost(self, why, time.monotonic_ns() - self.t0_ns)
+
+
+class _Process(LoadWorker):
+    """A load process on this machine, spoken to over its stdin and stdout."""
+
+    def __init__(self, number: int, proc: asyncio.subprocess.Process) -> None:
+        super().__init__(number, proc.pid)
+        self.proc = proc
         self.reader: asyncio.Task[None] | None = None
 
     def send(self, message: ToWorker) -> None:
@@ -129,23 +180,59 @@ class _Process:
     async def read(self) -> None:
         assert self.proc.stdout is not None
         while (payload := await read_frame(self.proc.stdout)) is not None:
-            message = from_worker.decode(payload)
-            if isinstance(message, Ready):
-                if not self.ready.done():
-                    self.ready.set_result(message)
-            elif self.part is None:
-                continue
-            elif isinstance(message, Batch):
-                self.part.take(message)
-            else:
-                self.part.outcome = message
-                self.part.done.set()
+            self.dispatch(from_worker.decode(payload))
         self.alive = False
-        why = _exit_reason(await self.proc.wait())
-        if not self.ready.done():
-            self.ready.set_exception(RuntimeError(f"load worker {self.number} {why} before it was ready"))
-        if self.part is not None and not self.part.done.is_set():
-            self.part.lost(self, why, time.monotonic_ns() - self.t0_ns)
+        self.ended(_exit_reason(await self.proc.wait()))
+
+    async def stop(self) -> None:
+        self.send(Shutdown())
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            async with asyncio.timeout(STOP_GRACE_S + 2.0):
+                await self.proc.wait()
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        if self.reader is not None:
+            await asyncio.gather(self.reader, return_exceptions=True)
+
+
+class Launcher(Protocol):
+    """Where load workers come from: processes on this machine, or actors on a Ray cluster."""
+
+    async def open(self) -> int:
+        """Get ready; returns how many workers the pool gets."""
+        ...
+
+    async def spawn(self, number: int, setup: Setup) -> LoadWorker: ...
+
+    async def close(self) -> None: ...
+
+
+class LocalLauncher:
+    """``size`` processes on this machine (``--workers``)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    async def open(self) -> int:
+        return self.size
+
+    async def spawn(self, number: int, setup: Setup) -> LoadWorker:
+        # The processes import this very package, wherever it was imported from.
+        root = str(Path(plateau_bench.__file__).resolve().parent.parent)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "plateau_bench.driver.worker", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, env=env, start_new_session=True, limit=1 << 26)
+        process = _Process(number, proc)
+        process.reader = asyncio.create_task(process.read())
+        process.send(setup)
+        return process
+
+    async def close(self) -> None:
+        pass
 
 
 @dataclass
@@ -157,12 +244,13 @@ class PoolOutcome:
     processes: int
     lost: int
     notes: list[str]
+    clocks: list[WorkerClock] = field(default_factory=list)
 
 
 class PoolLevel:
     """A level running on the pool: in-flight figures for the live view and the precision rule."""
 
-    def __init__(self, parts: list[tuple[_Process, _Part]], t0_ns: int) -> None:
+    def __init__(self, parts: list[tuple[LoadWorker, _Part]], t0_ns: int) -> None:
         self.parts = parts
         self.t0_ns = t0_ns
 
@@ -206,6 +294,8 @@ class PoolLevel:
     def _outcome(self) -> PoolOutcome:
         health: list[HealthSample] = []
         notes, cancelled, lost = [], 0, 0
+        clocks = [WorkerClock(worker=w.number, node=w.node, offset_ns=w.offset_ns, rtt_ns=w.rtt_ns)
+                  for w, _ in self.parts if w.rtt_ns is not None]
         for process, part in self.parts:
             process.part = None
             if part.failure is not None:
@@ -218,22 +308,27 @@ class PoolLevel:
                 cancelled += part.outcome.cancelled
                 if part.outcome.error is not None:
                     raise RuntimeError(f"load worker {process.number} failed: {part.outcome.error}")
-        return PoolOutcome(health=health, cancelled=cancelled, processes=len(self.parts), lost=lost, notes=notes)
+        return PoolOutcome(health=health, cancelled=cancelled, processes=len(self.parts), lost=lost, notes=notes,
+                           clocks=clocks)
 
 
 class WorkerPool:
-    """``size`` load processes for a whole sweep. Use as ``async with WorkerPool(...) as pool``."""
+    """Load workers for a whole sweep. Use as ``async with WorkerPool(...) as pool``.
 
-    def __init__(self, size: int, *, auto: bool, target: TargetSpec, prompts: Sequence[Prompt],
-                 tokenizer: str | None = None, seed: int = 0) -> None:
+    ``size`` processes on this machine, or, with ``launcher``, whatever it provides (``driver.ray_pool``).
+    """
+
+    def __init__(self, size: int = 1, *, auto: bool, target: TargetSpec, prompts: Sequence[Prompt],
+                 tokenizer: str | None = None, seed: int = 0, launcher: Launcher | None = None) -> None:
         self.size = size
         self.auto = auto
+        self.launcher: Launcher = launcher or LocalLauncher(size)
         self.setup = (target, list(prompts), tokenizer)
         self.seed = seed
-        self.processes: list[_Process] = []
+        self.processes: list[LoadWorker] = []
 
     def processes_for(self, level: LevelSpec) -> int:
-        """How many processes share ``level`` (``auto``: from its streams; the parts never exceed its load)."""
+        """How many workers share ``level`` (``auto``: from its streams; the parts never exceed its load)."""
         return auto_workers(level, self.size) if self.auto else self.size
 
     async def __aenter__(self) -> WorkerPool:
@@ -248,58 +343,41 @@ class WorkerPool:
                         tb: TracebackType | None) -> None:
         await self.close()
 
+    def _setup(self, number: int) -> Setup:
+        target, prompts, tokenizer = self.setup
+        return Setup(worker=number, target=target, prompts=prompts, tokenizer=tokenizer)
+
     async def start(self) -> None:
-        self.processes = [await self._spawn(i) for i in range(self.size)]
+        self.size = await self.launcher.open()
+        self.processes = [await self.launcher.spawn(i, self._setup(i)) for i in range(self.size)]
         async with asyncio.timeout(START_TIMEOUT_S):
             await asyncio.gather(*(p.ready for p in self.processes))
 
-    async def _spawn(self, number: int) -> _Process:
-        # The processes import this very package, wherever it was imported from.
-        root = str(Path(plateau_bench.__file__).resolve().parent.parent)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "plateau_bench.driver.worker", stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, env=env, start_new_session=True, limit=1 << 26)
-        process = _Process(number, proc)
-        process.reader = asyncio.create_task(process.read())
-        target, prompts, tokenizer = self.setup
-        process.send(Setup(worker=number, target=target, prompts=prompts, tokenizer=tokenizer))
-        return process
-
     async def _replace_dead(self) -> None:
-        for i, process in enumerate(self.processes):
-            if not process.alive:
-                if process.reader is not None:
-                    await process.reader
-                self.processes[i] = await self._spawn(i)
+        for i, worker in enumerate(self.processes):
+            if not worker.alive:
+                await worker.stop()
+                self.processes[i] = await self.launcher.spawn(i, self._setup(i))
                 async with asyncio.timeout(START_TIMEOUT_S):
                     await self.processes[i].ready
 
     async def begin(self, level: LevelSpec, *, t0_ns: int, on_record: OnRecord) -> PoolLevel:
-        """Send each process its part of ``level``; then ``await PoolLevel.wait(...)``."""
+        """Send each worker its part of ``level``; then ``await PoolLevel.wait(...)``."""
         await self._replace_dead()
         parts = split_level(level, self.processes_for(level), self.seed)
+        used = self.processes[: len(parts)]
+        await asyncio.gather(*(w.sync_clock() for w in used))
         running = []
-        for process, part in zip(self.processes, parts, strict=False):
+        for worker, part in zip(used, parts, strict=True):
             state = _Part(on_record)
-            process.part, process.t0_ns = state, t0_ns
-            process.send(RunLevel(part=part, t0_ns=t0_ns, seed=self.seed))
-            running.append((process, state))
+            worker.part, worker.t0_ns = state, t0_ns
+            # The level's origin on the worker's own clock: its times are differences of its own readings.
+            worker.send(RunLevel(part=part, t0_ns=t0_ns + worker.offset_ns, seed=self.seed))
+            running.append((worker, state))
         return PoolLevel(running, t0_ns)
 
     async def close(self) -> None:
-        """Ask every process to leave; kill those that have not after a few seconds."""
-        for process in self.processes:
-            process.send(Shutdown())
-            if process.proc.stdin is not None:
-                process.proc.stdin.close()
-        for process in self.processes:
-            try:
-                async with asyncio.timeout(STOP_GRACE_S + 2.0):
-                    await process.proc.wait()
-            except TimeoutError:
-                process.proc.kill()
-                await process.proc.wait()
-            if process.reader is not None:
-                await asyncio.gather(process.reader, return_exceptions=True)
+        """Ask every worker to leave; kill those that have not after a few seconds."""
+        await asyncio.gather(*(w.stop() for w in self.processes), return_exceptions=True)
         self.processes = []
+        await self.launcher.close()

@@ -163,7 +163,7 @@ class HttpLevelRunner:
             notes=[*(dcgm.notes() if dcgm is not None else []), *load.notes], started_at=started_at,
             t0_monotonic_ns=t0, cut_off_at_stop=load.cancelled, target_gone=collect.refused >= DEAD_TARGET_FAILURES,
             engine=self.engine, gpu_note=None if gpu_samples else self.gpu_note, load_processes=load.processes,
-            lost_workers=load.lost)
+            lost_workers=load.lost, worker_clocks=load.clocks)
 
     async def _local(self, level: LevelSpec, t0: int, collect: _Collector, abort: asyncio.Event,
                      finish: asyncio.Event, watch: _Watch) -> PoolOutcome:

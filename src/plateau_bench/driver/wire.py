@@ -88,6 +88,11 @@ to_worker = msgspec.msgpack.Decoder(ToWorker)
 from_worker = msgspec.msgpack.Decoder(FromWorker)
 
 
+def encode(message: ToWorker | FromWorker) -> bytes:
+    """One message, unframed (a transport that keeps message boundaries itself, as Ray does)."""
+    return _encoder.encode(message)
+
+
 def frame(message: ToWorker | FromWorker) -> bytes:
     payload = _encoder.encode(message)
     return _LENGTH.pack(len(payload)) + payload

@@ -20,6 +20,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import BinaryIO
 
 from plateau_bench.aio import loop_name
@@ -47,11 +48,11 @@ from plateau_bench.records import RequestRecord
 _OPEN_LOOP_WIDTH = 4096   # connections an unbounded open-loop share may open (the pool opens them as needed)
 
 
-class _Outbox:
-    """Notices and records gathered during one turn of the event loop, then sent as one ``Batch``."""
+class Outbox:
+    """Notices and records gathered during one turn of the event loop, then sent as one ``Batch`` frame."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+    def __init__(self, deliver: Callable[[bytes], None]) -> None:
+        self.deliver = deliver
         self.batch = Batch()
         self._scheduled = False
 
@@ -71,14 +72,14 @@ class _Outbox:
     def flush(self) -> None:
         self._scheduled = False
         if self.batch.started or self.batch.records:
-            self.writer.write(frame(self.batch))
+            self.deliver(frame(self.batch))
             self.batch = Batch()
 
 
 class _NoticingSender:
     """The client, announcing each request to the coordinator before it goes out."""
 
-    def __init__(self, client: StreamingClient, outbox: _Outbox) -> None:
+    def __init__(self, client: StreamingClient, outbox: Outbox) -> None:
         self.client = client
         self.outbox = outbox
         self.in_flight = 0
@@ -99,8 +100,9 @@ class _NoticingSender:
         return self.client.partial_record(index, error=error, detail=detail)
 
 
-async def _run_part(setup: Setup, order: RunLevel, outbox: _Outbox, finish: asyncio.Event,
-                    abort: asyncio.Event) -> LevelDone:
+async def run_part(setup: Setup, order: RunLevel, outbox: Outbox, finish: asyncio.Event,
+                   abort: asyncio.Event) -> LevelDone:
+    """This process's part of one level, streamed into ``outbox``; its health and outcome returned."""
     level = order.part.level
     width = level.concurrency or level.max_concurrency or _OPEN_LOOP_WIDTH
     count_tokens = None
@@ -126,7 +128,8 @@ async def _run_part(setup: Setup, order: RunLevel, outbox: _Outbox, finish: asyn
     return LevelDone(health=samples, cancelled=progress.cancelled, error=error)
 
 
-def _report(task: asyncio.Task[LevelDone], writer: asyncio.StreamWriter) -> None:
+def outcome_of(task: asyncio.Task[LevelDone]) -> LevelDone:
+    """The part's ``LevelDone``, also when it broke or was cancelled (the coordinator must hear of it)."""
     if task.cancelled():
         done = LevelDone(error="cancelled")
     elif task.exception() is not None:
@@ -134,7 +137,7 @@ def _report(task: asyncio.Task[LevelDone], writer: asyncio.StreamWriter) -> None
         done = LevelDone(error=f"{type(exc).__name__}: {exc}")
     else:
         done = task.result()
-    writer.write(frame(done))
+    return done
 
 
 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -146,7 +149,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
     if not isinstance(setup, Setup):
         raise SystemExit(f"plateau worker: expected setup, got {type(setup).__name__}")
     writer.write(frame(Ready(pid=os.getpid(), loop=loop_name())))
-    outbox = _Outbox(writer)
+    outbox = Outbox(writer.write)
     level: asyncio.Task[LevelDone] | None = None
     finish, abort = asyncio.Event(), asyncio.Event()
     while True:
@@ -154,8 +157,8 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         message = to_worker.decode(payload) if payload is not None else Shutdown()
         if isinstance(message, RunLevel):
             finish, abort = asyncio.Event(), asyncio.Event()
-            level = asyncio.create_task(_run_part(setup, message, outbox, finish, abort))
-            level.add_done_callback(lambda task: _report(task, writer))
+            level = asyncio.create_task(run_part(setup, message, outbox, finish, abort))
+            level.add_done_callback(lambda task: writer.write(frame(outcome_of(task))))
         elif isinstance(message, Finish):
             finish.set()
         elif isinstance(message, Abort):

@@ -195,12 +195,14 @@ async def measure(prepared: Prepared, workload: WorkloadSpec,
                   out_dir: Path | None, metrics_url: str | None, metrics_required: bool,
                   observer: SweepObserver, progress: Callable[[], LevelProgress | None],
                   existing: Existing = "refuse", gpu_metrics_urls: Sequence[str] = (),
-                  roofline: Roofline | None = None, workers: int | str | None = None) -> SweepRun:
+                  roofline: Roofline | None = None, workers: int | str | None = None, ray: str | None = None,
+                  workers_per_node: int = 1) -> SweepRun:
     """Run one level or a sweep of any kind against the prepared target, saving as it goes (the
     verdict placed on the ``roofline`` when one is given).
 
     ``workers``: None runs the load in this process; a count or ``"auto"`` in a pool of load
-    processes started here once for the whole sweep (``driver.pool``).
+    processes started here once for the whole sweep (``driver.pool``). ``ray``: the load as actors on
+    that Ray cluster's nodes instead, ``workers_per_node`` on each (``driver.ray_pool``).
     """
     single = isinstance(plan, LevelSpec)
     spec = run_spec(prepared, workload, level=plan) if isinstance(plan, LevelSpec) else \
@@ -211,7 +213,7 @@ async def measure(prepared: Prepared, workload: WorkloadSpec,
     the_plan: Plan = _OneLevel(plan) if isinstance(plan, LevelSpec) else plan
     limits = plan.limits if not isinstance(plan, LevelSpec) else None
     rule = stop_rule_for(limits) if limits else None
-    async with _load_pool(prepared, workload, workers) as pool:
+    async with _load_pool(prepared, workload, workers, ray, workers_per_node) as pool:
         runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
                                  metrics_required=metrics_required, count_tokens=prepared.count_tokens,
                                  progress=progress, seed=workload.seed, gpu_metrics_urls=gpu_metrics_urls,
@@ -221,15 +223,20 @@ async def measure(prepared: Prepared, workload: WorkloadSpec,
 
 
 @contextlib.asynccontextmanager
-async def _load_pool(prepared: Prepared, workload: WorkloadSpec,
-                     workers: int | str | None) -> AsyncIterator[WorkerPool | None]:
-    if workers is None:
+async def _load_pool(prepared: Prepared, workload: WorkloadSpec, workers: int | str | None, ray: str | None,
+                     workers_per_node: int) -> AsyncIterator[WorkerPool | None]:
+    if workers is None and ray is None:
         yield None
         return
-    size = usable_cores() if workers == "auto" else int(workers)
+    launcher = None
+    if ray is not None:
+        from plateau_bench.driver.ray_pool import RayLauncher
+
+        launcher = RayLauncher(ray, workers_per_node)
+    size = usable_cores() if workers == "auto" else int(workers or 1)
     tokenizer = workload.tokenizer if prepared.count_tokens is not None else None
     async with WorkerPool(size, auto=workers == "auto", target=prepared.target, prompts=prepared.prompts,
-                          tokenizer=tokenizer, seed=workload.seed) as pool:
+                          tokenizer=tokenizer, seed=workload.seed, launcher=launcher) as pool:
         yield pool
 
 

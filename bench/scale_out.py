@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import socket
 import subprocess
@@ -79,7 +80,9 @@ def _serve_sim() -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     args = [sys.executable, "-m", "plateau_bench", "serve-sim", "--preset", "tiny", "--max-num-seqs", "16384",
             "--kv-tokens", "4000000", "--speed", f"{SPEED:g}", "--backlog", "8192", "--port", str(port)]
-    proc = subprocess.Popen(args, stderr=subprocess.PIPE)
+    src = str(Path(__file__).resolve().parents[1] / "src")   # serve-sim from this checkout
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (src, os.environ.get("PYTHONPATH")))))
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, env=env)
     assert proc.stderr is not None
     for line in proc.stderr:
         if b"Ctrl-C to stop" in line:
@@ -167,7 +170,7 @@ async def _main(quick: bool) -> dict[str, list[dict[str, Any]]]:
     try:
         print(f"serve-sim tiny (cap 16,384), speed x{SPEED:g}, {OUTPUT_TOKENS}-token answers, steady levels of "
               f"{DURATION_S:g} s; {usable_cores()} cores shared by serve-sim and the load")
-        print("     C         workers procs      tok/s  cpu ms/1k  srv ms/1k   lag p99   TTFT err  connect p99")
+        print("     C         workers procs      tok/s  cpu ms/1k  srv ms/1k   lag p99   TTFT err  connect p99  failed")
         for workers in CONFIGS:
             rows = await _config(workers, url, levels, server.pid)
             for row in rows:

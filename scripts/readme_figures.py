@@ -167,6 +167,10 @@ BLOCKS = {
               loose=(("wall time for this preset", 1e9, 1e9),)),  # real time, machine-dependent: not compared
         Block("gauntlet", "bench/gauntlet.py: the diagnosis scored against the engine's ground truth (~2 min)",
               rel=0.01, abs=0.01, slow=True, loose=(("s of wall time", 1e9, 1e9),)),  # real time: not compared
+        Block("scale-out", "bench/scale_out.py: --workers against serve-sim, C=256 to 8,192 (real time, ~3 min)",
+              # The requests failed and lost are held exactly; the real-time figures (the rows marked
+              # "streams": throughput, CPU, lag, TTFT error on two shared cores) and the wall time are not.
+              rel=0.0, abs=0.0, slow=True, loose=(("streams", 1e9, 1e9), ("wall time", 1e9, 1e9))),
         Block("seed-a-what-if", "the cap what-if on seed-a-tp8ep against the twin with the cap doubled (virtual time)",
               rel=0.01, abs=0.01, figure=_what_if_table),
         Block("roofline-verdict", "Run A on the twin placed on the roofline, then a twin derived from it (virtual time)",

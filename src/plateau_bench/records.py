@@ -52,6 +52,7 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     usage_tokens: int | None = None
     connect_ns: int | None = None
     retry_after_s: float | None = None   # the server's Retry-After (seconds) on a refused request
+    process: int | None = None           # the load process that sent it (--workers, --ray); None: the only one
 
     @property
     def ok(self) -> bool:

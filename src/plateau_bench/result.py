@@ -52,6 +52,9 @@ class WorkerHealth(msgspec.Struct, frozen=True, kw_only=True):
     in_flight_mean: float | None = None
     in_flight_max: float | None = None
     samples: int = 0
+    requests: int = 0                      # requests it sent (warm-up excluded)
+    send_lag_ms_p99: float | None = None   # its requests' send lag (actual - scheduled send)
+    connect_ms_p99: float | None = None    # its requests' wait for a connection
 
 
 class ClientHealth(msgspec.Struct, frozen=True, kw_only=True):

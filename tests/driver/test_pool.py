@@ -64,6 +64,10 @@ async def test_a_pooled_burst_counts_exactly_like_one_process(server: ScriptedSe
     assert a.output_tokens == b.output_tokens == 24 * 8
     assert a.client.processes == 3 and sorted(h.worker for h in a.client.per_worker) == [0, 1, 2]
     assert a.client.in_flight_max == sum(h.in_flight_max or 0 for h in a.client.per_worker)
+    # each process's own requests, send lag and connect time, from the records it sent
+    assert sorted(h.requests for h in a.client.per_worker) == [8, 8, 8]
+    assert all(h.connect_ms_p99 is not None and h.send_lag_ms_p99 is not None for h in a.client.per_worker)
+    assert {r.process for r in pooled.records} == {0, 1, 2} and {r.process for r in single.records} == {None}
 
 
 async def test_an_open_loop_level_is_dealt_out_and_streamed_back(server: ScriptedServer) -> None:

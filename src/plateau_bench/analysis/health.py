@@ -9,16 +9,23 @@ in-flight count when it was sampled.
 Several load processes (``--workers``): each is summarized on its own (``per_worker``), and the level's
 figures are the busiest process's CPU and lag (each process is one event loop on one core: the
 busiest binds, an average would hide it) and the sum of the processes' in-flight counts.
+``with_requests`` adds each process's requests, send lag p99 and connect p99, from the records it sent
+(the level's own send lag and connect time stay figures over all records, in one pass).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 import numpy as np
 
+from plateau_bench.analysis.stats import summarize
 from plateau_bench.level_run import HealthSample
+from plateau_bench.records import RequestRecord
 from plateau_bench.result import ClientHealth, WorkerHealth
+
+_NS_PER_MS = 1e6
 
 
 def _in_window(samples: Sequence[HealthSample], start_ns: int | None, end_ns: int | None) -> list[HealthSample]:
@@ -64,7 +71,7 @@ def _per_worker(samples: Sequence[HealthSample], workers: list[int], start_ns: i
     for worker in workers:
         one = _figures(_in_window([s for s in samples if s.worker == worker], start_ns, end_ns))
         each.append(WorkerHealth(worker=worker, **{k: getattr(one, k) for k in WorkerHealth.__struct_fields__
-                                                   if k != "worker"}))
+                                                   if hasattr(one, k) and k != "worker"}))
 
     def busiest(name: str) -> float | None:
         values = [v for h in each if (v := getattr(h, name)) is not None]
@@ -80,3 +87,23 @@ def _per_worker(samples: Sequence[HealthSample], workers: list[int], start_ns: i
         loop_lag_ms_max=busiest("loop_lag_ms_max"), in_flight_mean=total("in_flight_mean"),
         in_flight_max=total("in_flight_max"), samples=sum(h.samples for h in each),
         processes=max(processes, len(each)), per_worker=each)
+
+
+def with_requests(health: ClientHealth, records: Sequence[RequestRecord]) -> ClientHealth:
+    """``health`` with each load process's request figures (records that name their process)."""
+    by_process: dict[int, list[RequestRecord]] = {}
+    for r in records:
+        if r.process is not None and not r.warmup:
+            by_process.setdefault(r.process, []).append(r)
+    if not by_process:
+        return health
+    known = {h.worker: h for h in health.per_worker}
+    each = []
+    for worker in sorted(set(known) | set(by_process)):
+        mine = by_process.get(worker, [])
+        connects = [r.connect_ns / _NS_PER_MS for r in mine if r.connect_ns is not None]
+        each.append(msgspec.structs.replace(
+            known.get(worker) or WorkerHealth(worker=worker), requests=len(mine),
+            send_lag_ms_p99=summarize([(r.sent_ns - r.scheduled_ns) / _NS_PER_MS for r in mine]).p99,
+            connect_ms_p99=summarize(connects).p99))
+    return msgspec.structs.replace(health, per_worker=each, processes=max(health.processes, len(each)))

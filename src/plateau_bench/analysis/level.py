@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import msgspec
 
 from plateau_bench.analysis.gpu import gpu_metrics
-from plateau_bench.analysis.health import summarize_health
+from plateau_bench.analysis.health import summarize_health, with_requests
 from plateau_bench.analysis.metrics import Window, compute_level, full_window, steady_window
 from plateau_bench.level_run import LevelRun
 from plateau_bench.result import LevelResult, ServerTelemetry, SimLevelInfo
@@ -77,7 +77,8 @@ def build_level(run: LevelRun) -> LevelResult:
         started_at=run.started_at,
         t0_monotonic_ns=run.t0_monotonic_ns,
         telemetry=_telemetry(run, window),
-        client=summarize_health(run.health_samples, window.start_ns, window.end_ns, run.load_processes),
+        client=with_requests(summarize_health(run.health_samples, window.start_ns, window.end_ns,
+                                              run.load_processes), run.records),
         gpu_note=None if run.gpu_samples else run.gpu_note,
         benchmark_s=run.benchmark_s,
         cut_off_at_stop=run.cut_off_at_stop,

@@ -33,6 +33,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
+import msgspec
+
 import plateau_bench
 from plateau_bench.driver.split import auto_workers, split_level
 from plateau_bench.driver.wire import (
@@ -80,6 +82,7 @@ class _Part:
     """One process's part of the level being run: what it announced and has not finished."""
 
     on_record: OnRecord
+    process: int = 0                 # the worker's number, stamped on its records
     pending: dict[int, Started] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     outcome: LevelDone | None = None
@@ -91,7 +94,7 @@ class _Part:
             self.pending[notice.index] = notice
         for record in batch.records:
             self.pending.pop(record.index, None)
-            self._deliver(record)
+            self._deliver(msgspec.structs.replace(record, process=self.process))
 
     def _deliver(self, record: RequestRecord) -> None:
         try:
@@ -108,7 +111,7 @@ class _Part:
             self._deliver(RequestRecord(
                 index=notice.index, worker=notice.worker, scheduled_ns=notice.scheduled_ns, sent_ns=notice.sent_ns,
                 end_ns=max(now_ns, notice.sent_ns), prompt_tokens=notice.prompt_tokens, error=ErrorClass.HUNG,
-                error_detail=detail, warmup=notice.warmup))
+                error_detail=detail, warmup=notice.warmup, process=self.process))
         self.pending.clear()
         self.done.set()
 
@@ -369,7 +372,7 @@ class WorkerPool:
         await asyncio.gather(*(w.sync_clock() for w in used))
         running = []
         for worker, part in zip(used, parts, strict=True):
-            state = _Part(on_record)
+            state = _Part(on_record, process=worker.number)
             worker.part, worker.t0_ns = state, t0_ns
             # The level's origin on the worker's own clock: its times are differences of its own readings.
             worker.send(RunLevel(part=part, t0_ns=t0_ns + worker.offset_ns, seed=self.seed))

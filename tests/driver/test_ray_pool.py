@@ -23,7 +23,6 @@ from plateau_bench.store import load_requests, load_result
 if TYPE_CHECKING:
     from conftest import ScriptedServer
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]   # a Ray cluster takes ~20 s to start on two cores
 
 FLAGS = ["--mode", "burst", "--concurrency", "4,12", "--input-len", "16", "--output-len", "24", "--quiet"]
 
@@ -53,6 +52,18 @@ def _sweep(url: str, out: Path, *extra: str) -> None:
     assert result.exit_code == 0, result.output
 
 
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1", "nowhere"])
+def test_an_address_where_no_cluster_answers_is_refused_at_once(address: str) -> None:
+    from plateau_bench.driver.ray_pool import check_reachable
+    from plateau_bench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--ray"):
+        check_reachable(address, timeout_s=1.0)
+    check_reachable("auto")   # Ray finds this machine's cluster itself
+
+
+@pytest.mark.slow            # a Ray cluster takes ~20 s to start on two cores
+@pytest.mark.timeout(300)
 def test_a_sweep_through_ray_actors_counts_like_one_process(ray_cluster: str, tmp_path: Path) -> None:
     with start_sim_server(get_preset("tiny"), speed=4.0) as twin:
         _sweep(twin.url, tmp_path / "ray", "--ray", ray_cluster, "--workers-per-node", "1")
@@ -72,6 +83,8 @@ def test_a_sweep_through_ray_actors_counts_like_one_process(ray_cluster: str, tm
     assert len({r.index for r in records["C=12"]}) == 12
 
 
+@pytest.mark.slow            # a Ray cluster takes ~20 s to start on two cores
+@pytest.mark.timeout(300)
 async def test_a_killed_actor_is_reported_and_its_requests_are_counted(ray_cluster: str,
                                                                       server: ScriptedServer) -> None:
     import asyncio

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -46,7 +47,23 @@ from plateau_bench.driver.worker import Outbox, outcome_of, run_part
 from plateau_bench.errors import ConfigError
 
 CLOCK_EXCHANGES = 5
+REACH_TIMEOUT_S = 5.0   # Ray itself retries an unreachable head for minutes before it gives up
 RAY_MISSING = "--ray needs Ray, an optional dependency: pip install 'plateau-bench[ray]'"
+
+
+def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Refuse in one line a ``host:port`` (or ``ray://host:port``) where nothing answers; ``auto`` passes."""
+    if address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--ray {address!r}: give auto or the head's address as host:port (or ray://host:port)")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"--ray {address}: no Ray cluster answers there ({exc.strerror or exc}); start one with "
+                          "ray start --head, or give its head's address") from None
 
 
 def _ray() -> Any:
@@ -165,6 +182,7 @@ class RayLauncher:
 
     async def open(self) -> int:
         ray = self.ray
+        await asyncio.to_thread(check_reachable, self.address)
         root = str(Path(plateau_bench.__file__).resolve().parent.parent)
         path = os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))
         try:

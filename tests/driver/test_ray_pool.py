@@ -8,6 +8,7 @@ within their own error bound (half the round trip) of zero: a check of the estim
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -119,3 +120,35 @@ async def test_a_killed_actor_is_reported_and_its_requests_are_counted(ray_clust
         assert len(run.records) == len(server.served) == len({r.index for r in run.records})
         assert run.lost_workers == 1 and any("load worker 1" in n and "died" in n for n in run.notes)
         assert build_level(run).level_failed
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_ends_a_sweep_on_ray_and_keeps_its_records(ray_cluster: str, tmp_path: Path, sig: signal.Signals,
+                                                            code: int) -> None:
+    import json
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    with start_sim_server(get_preset("tiny"), speed=4.0) as twin:
+        args = [sys.executable, "-m", "plateau_bench", "sweep", "--url", twin.url, "--out", str(out), "--quiet",
+                "--ray", ray_cluster, "--concurrency", "8,16", "--min-level-time", "50s", "--max-level-time", "60s",
+                "--output-len", "64"]
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        requests = out / "requests.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (requests.exists() and requests.stat().st_size > 20_000):
+            time.sleep(0.2)
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert time.monotonic() - sent < 10.0
+    assert b"--resume" in err and b"Traceback" not in err
+    lines = [json.loads(line) for line in requests.read_text().splitlines()]
+    indices = [line["record"]["index"] for line in lines if line["level"] == "C=8"]
+    assert len(indices) >= 20 and len(set(indices)) == len(indices)
+    assert {line["record"]["process"] for line in lines} == {0, 1}   # both nodes' actors sent them

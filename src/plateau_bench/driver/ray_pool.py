@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -185,11 +186,18 @@ class RayLauncher:
         await asyncio.to_thread(check_reachable, self.address)
         root = str(Path(plateau_bench.__file__).resolve().parent.parent)
         path = os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))
+        # Ray's core installs its own SIGTERM handler, which aborts the process: the one a run relies on to
+        # stop cleanly (aio.treat_sigterm_as_interrupt) and Ctrl-C's are put back.
+        handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             ray.init(address=self.address, log_to_driver=False, logging_level="error",
                      runtime_env={"env_vars": {"PYTHONPATH": path}})
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise ConfigError(f"--ray {self.address}: cannot connect to a Ray cluster ({exc})") from None
+        finally:
+            for sig, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
         alive = [n for n in ray.nodes() if n.get("Alive")]
         self.nodes = [(n["NodeID"], f"{n.get('NodeManagerAddress', '?')} node {n['NodeID'][:8]}") for n in alive]
         self._actor_class = ray.remote(num_cpus=0, max_restarts=0)(LoadActor)

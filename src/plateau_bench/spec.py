@@ -30,21 +30,104 @@ REDACTED = "***"
 _SECRET_NAME_PARTS = ("auth", "key", "token", "secret", "cookie", "passw", "session")
 
 
+LengthKind = Literal["fixed", "uniform", "normal", "lognormal", "file"]
+LengthConvention = Literal["plateau", "sglang", "vllm"]
+LENGTH_CONVENTIONS: tuple[str, ...] = ("plateau", "sglang", "vllm")
+_LENGTH_PARAMS = {"uniform": ("lo", "hi"), "normal": ("mean", "sd"), "lognormal": ("mean", "sd")}
+
+
+class LengthSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A distribution of token lengths, as written on the command line (``text``).
+
+    ``N`` (fixed), ``uniform:lo,hi`` (integers, both ends included), ``normal:mean,sd`` and
+    ``lognormal:mean,sd`` (the mean and standard deviation of the lengths themselves; draws are
+    rounded and kept >= 1), ``file:PATH`` (an empirical distribution: draws with replacement from
+    the positive integers in the file).
+    """
+
+    text: str
+    kind: LengthKind
+    a: float = 0.0            # fixed: N; uniform: lo; normal, lognormal: mean
+    b: float = 0.0            # uniform: hi; normal, lognormal: sd
+    path: str | None = None   # file
+
+
+def parse_length(text: str, flag: str) -> LengthSpec:
+    """``'128'``, ``'uniform:64,256'``, ``'normal:512,128'``, ``'lognormal:512,256'``, ``'file:lens.txt'``.
+
+    Raises ConfigError naming ``flag``.
+    """
+    t = text.strip()
+    kind, sep, rest = t.partition(":")
+    if not sep:
+        try:
+            n = int(t)
+        except ValueError:
+            raise ConfigError(f"{flag}: cannot read {text!r} (examples: 128, uniform:64,256, normal:512,128, "
+                              "lognormal:512,256, file:lengths.txt)") from None
+        if n < 1:
+            raise ConfigError(f"{flag} must be >= 1 (got {n})")
+        return LengthSpec(text=t, kind="fixed", a=float(n))
+    kind = kind.strip().lower()
+    if kind == "file":
+        if not rest.strip():
+            raise ConfigError(f"{flag} file: needs a path (file:lengths.txt)")
+        return LengthSpec(text=t, kind="file", path=rest.strip())
+    names = _LENGTH_PARAMS.get(kind)
+    if names is None:
+        raise ConfigError(f"{flag}: unknown distribution {kind!r} (use N, uniform:lo,hi, normal:mean,sd, "
+                          "lognormal:mean,sd or file:PATH)")
+    parts = [p.strip() for p in rest.split(",")]
+    if len(parts) != 2:
+        raise ConfigError(f"{flag} {kind}: needs two numbers, {kind}:{names[0]},{names[1]} (got {text!r})")
+    try:
+        a, b = (float(p) for p in parts)
+    except ValueError:
+        raise ConfigError(f"{flag} {kind}: {names[0]} and {names[1]} must be numbers (got {text!r})") from None
+    if not (math.isfinite(a) and math.isfinite(b)):
+        raise ConfigError(f"{flag} {kind}: {names[0]} and {names[1]} must be finite (got {text!r})")
+    if kind == "uniform":
+        if a != int(a) or b != int(b) or a < 1 or b < a:
+            raise ConfigError(f"{flag} uniform: needs integers 1 <= lo <= hi (got {text!r})")
+    elif a < 1 or b < 0:
+        raise ConfigError(f"{flag} {kind}: needs mean >= 1 and sd >= 0 (got {text!r})")
+    return LengthSpec(text=t, kind=kind, a=a, b=b)  # type: ignore[arg-type]
+
+
 class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What each request carries.
+
+    ``input_len``/``output_len`` are the nominal lengths (a distribution's mean); when
+    ``input_dist``/``output_dist`` are given, lengths are drawn from them instead. ``range_ratio``
+    spreads fixed lengths the way ``length_convention`` says (see ``workload.lengths``).
+    """
+
     input_len: int = 128
     output_len: int = 128
-    range_ratio: float = 0.0      # lengths drawn uniformly in [len*(1-r), len*(1+r)]
+    range_ratio: float = 0.0      # lengths spread around input_len/output_len (see length_convention)
     dataset: str | None = None    # JSONL of prompts, or ShareGPT JSON
     seed: int = 0
     tokenizer: str | None = None  # local HF tokenizer dir or tokenizer.json
+    input_dist: LengthSpec | None = None
+    output_dist: LengthSpec | None = None
+    length_convention: LengthConvention = "plateau"
 
     def validate(self) -> None:
         if self.input_len < 1:
             raise ConfigError(f"--input-len must be >= 1 (got {self.input_len})")
         if self.output_len < 1:
             raise ConfigError(f"--output-len must be >= 1 (got {self.output_len})")
-        if not 0.0 <= self.range_ratio < 1.0:
-            raise ConfigError(f"--range-ratio must be in [0, 1) (got {self.range_ratio})")
+        if self.length_convention not in LENGTH_CONVENTIONS:
+            raise ConfigError(f"--length-convention must be one of {', '.join(LENGTH_CONVENTIONS)} "
+                              f"(got {self.length_convention!r})")
+        # SGLang's --random-range-ratio 1 means fixed lengths; vLLM's (and ours) must stay below 1.
+        sglang = self.length_convention == "sglang"
+        if not (0.0 <= self.range_ratio < 1.0 or (sglang and self.range_ratio == 1.0)):
+            bound = "[0, 1]" if sglang else "[0, 1)"
+            raise ConfigError(f"--range-ratio must be in {bound} (got {self.range_ratio})")
+        if self.range_ratio and (self.input_dist is not None or self.output_dist is not None):
+            raise ConfigError("--range-ratio spreads fixed lengths: give it with plain --input-len/--output-len "
+                              "numbers, not with a distribution")
 
 
 class LevelSpec(msgspec.Struct, frozen=True, kw_only=True):

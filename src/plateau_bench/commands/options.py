@@ -12,7 +12,15 @@ import typer
 from rich.console import Console
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.spec import TargetSpec, WorkloadSpec, parse_duration, redact_url, split_userinfo
+from plateau_bench.spec import (
+    LengthSpec,
+    TargetSpec,
+    WorkloadSpec,
+    parse_duration,
+    parse_length,
+    redact_url,
+    split_userinfo,
+)
 
 TARGET = "Target"
 WORKLOAD = "Workload"
@@ -42,11 +50,17 @@ MetricsUrl = Annotated[str | None, typer.Option("--metrics-url", help="Prometheu
                                                 "the target's).", rich_help_panel=TARGET)]
 NoMetrics = Annotated[bool, typer.Option("--no-metrics", help="Do not scrape /metrics (client-only "
                                          "diagnosis).", rich_help_panel=TARGET)]
-InputLen = Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.", rich_help_panel=WORKLOAD)]
-OutputLen = Annotated[int, typer.Option("--output-len", help="Output tokens per request (max_tokens, "
-                                        "ignore_eos).", rich_help_panel=WORKLOAD)]
-RangeRatio = Annotated[float, typer.Option("--range-ratio", help="Spread lengths uniformly in "
-                                           "len*(1±r).", rich_help_panel=WORKLOAD)]
+_DISTS = "N, uniform:lo,hi, normal:mean,sd, lognormal:mean,sd or file:PATH"
+InputLen = Annotated[str, typer.Option("--input-len", help=f"Prompt tokens per request: {_DISTS}.",
+                                       rich_help_panel=WORKLOAD)]
+OutputLen = Annotated[str, typer.Option("--output-len", help="Output tokens per request (max_tokens, "
+                                        f"ignore_eos): {_DISTS}.", rich_help_panel=WORKLOAD)]
+RangeRatio = Annotated[float, typer.Option("--range-ratio", help="Spread plain lengths: len*(1±r), or as "
+                                           "--length-convention says.", rich_help_panel=WORKLOAD)]
+LengthConvention = Annotated[str, typer.Option(
+    "--length-convention", help="How --range-ratio spreads lengths: plateau (len*(1±r)), vllm (vLLM's random "
+    "dataset: floor/ceil of len*(1±r), its seed stream) or sglang (bench_serving's random dataset: "
+    "[max(1, r*len), len], its seed stream).", rich_help_panel=WORKLOAD)]
 Dataset = Annotated[Path | None, typer.Option("--dataset", help="JSONL of prompts or ShareGPT JSON.",
                                               rich_help_panel=WORKLOAD)]
 Seed = Annotated[int, typer.Option("--seed", help="Same seed, same prompts.", rich_help_panel=WORKLOAD)]
@@ -120,16 +134,30 @@ def target_spec(url: str, model: str | None, endpoint: str, api_key: str | None,
                       secret_headers=named)
 
 
-def workload_spec(input_len: int, output_len: int, range_ratio: float, dataset: Path | None, seed: int,
-                  tokenizer: str | None) -> WorkloadSpec:
+def workload_spec(input_len: str | int, output_len: str | int, range_ratio: float, dataset: Path | None, seed: int,
+                  tokenizer: str | None, *, length_convention: str = "plateau") -> WorkloadSpec:
     if dataset is not None and not os.access(dataset, os.R_OK):
         raise ConfigError(f"cannot read dataset {dataset}")
     if tokenizer is not None and not Path(tokenizer).exists():
         raise ConfigError(f"--tokenizer {tokenizer}: no such file or directory")
-    spec = WorkloadSpec(input_len=input_len, output_len=output_len, range_ratio=range_ratio,
-                        dataset=str(dataset) if dataset else None, seed=seed, tokenizer=tokenizer)
+    in_len, in_dist = length_option(input_len, "--input-len")
+    out_len, out_dist = length_option(output_len, "--output-len")
+    spec = WorkloadSpec(input_len=in_len, output_len=out_len, range_ratio=range_ratio,
+                        dataset=str(dataset) if dataset else None, seed=seed, tokenizer=tokenizer,
+                        input_dist=in_dist, output_dist=out_dist,
+                        length_convention=length_convention)  # type: ignore[arg-type]
     spec.validate()
     return spec
+
+
+def length_option(value: str | int, flag: str) -> tuple[int, LengthSpec | None]:
+    """A length flag as (nominal length, distribution or None for a plain number)."""
+    from plateau_bench.workload.lengths import nominal_length
+
+    spec = parse_length(str(value), flag)
+    if spec.kind == "fixed":
+        return int(spec.a), None
+    return nominal_length(spec, flag), spec
 
 
 def wide_console() -> Console:

@@ -63,9 +63,10 @@ def run_cmd(
                                         rich_help_panel=LEVEL)] = 0,
     mode: Annotated[str | None, typer.Option("--mode", help="burst | steady | rate (default: from the "
                                              "other flags).", rich_help_panel=LEVEL)] = None,
-    input_len: o.InputLen = 128,
-    output_len: o.OutputLen = 128,
+    input_len: o.InputLen = "128",
+    output_len: o.OutputLen = "128",
     range_ratio: o.RangeRatio = 0.0,
+    length_convention: o.LengthConvention = "plateau",
     dataset: o.Dataset = None,
     seed: o.Seed = 0,
     tokenizer: o.Tokenizer = None,
@@ -82,7 +83,8 @@ def run_cmd(
 
     level = level_spec(mode, concurrency, num_requests, duration, rate, burstiness, max_concurrency, warmup)
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
-    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
+    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer,
+                               length_convention=length_convention)
     o.check_load_size(level.concurrency or level.max_concurrency or 0)
     console = o.wide_console()
 

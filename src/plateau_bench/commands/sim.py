@@ -11,12 +11,12 @@ from rich.table import Table
 
 from plateau_bench.aio import run as run_async
 from plateau_bench.commands import roofline_opts as r
-from plateau_bench.commands.options import Overwrite, wide_console
+from plateau_bench.commands.options import Overwrite, wide_console, workload_spec
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.terminal import seed_line
 from plateau_bench.result import EngineSummary, LevelResult, RunSpec, SimSpec
 from plateau_bench.sim.replicas import parse_balancer
-from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration, parse_int_list
+from plateau_bench.spec import LevelSpec, parse_duration, parse_int_list
 
 ENGINE = "Engine overrides"
 
@@ -146,9 +146,14 @@ def sim_cmd(
                                                      rich_help_panel=LOAD)] = None,
     duration: Annotated[str | None, typer.Option("--duration", help="Steady: virtual time per level "
                                                  "(default 60s).", rich_help_panel=LOAD)] = None,
-    input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")] = 128,
-    output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request.")] = 128,
-    range_ratio: Annotated[float, typer.Option("--range-ratio", help="Spread lengths in len*(1±r).")] = 0.0,
+    input_len: Annotated[str, typer.Option("--input-len", help="Prompt tokens per request: N, uniform:lo,hi, "
+                                           "normal:mean,sd, lognormal:mean,sd or file:PATH.")] = "128",
+    output_len: Annotated[str, typer.Option("--output-len", help="Output tokens per request (same forms as "
+                                            "--input-len).")] = "128",
+    range_ratio: Annotated[float, typer.Option("--range-ratio", help="Spread plain lengths: len*(1±r), or as "
+                                               "--length-convention says.")] = 0.0,
+    length_convention: Annotated[str, typer.Option("--length-convention", help="plateau | vllm | sglang: how "
+                                                   "--range-ratio spreads lengths.")] = "plateau",
     seed: Annotated[int, typer.Option("--seed", help="Same seed, same lengths.")] = 0,
     out: Annotated[Path | None, typer.Option("--out", help="Result directory.")] = None,
     overwrite: Overwrite = False,
@@ -177,9 +182,11 @@ def sim_cmd(
 
     if mode not in ("burst", "steady"):
         raise ConfigError(f"--mode must be burst or steady (got {mode!r})")
+    workload = workload_spec(input_len, output_len, range_ratio, None, seed, None,
+                             length_convention=length_convention)
     derived = Derived(model=model_config, gpu=gpu, gpu_spec=gpu_spec, gpus=gpus, tp=tp, ep=ep, dtype=dtype,
                       kv_dtype=kv_dtype, interconnect=interconnect, efficiency=efficiency,
-                      efficiency_from=efficiency_from).engine(preset, input_len, output_len)
+                      efficiency_from=efficiency_from).engine(preset, workload.input_len, workload.output_len)
     base, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, derived=derived,
                               replicas=replicas, balancer=balancer)
     preset = config.name if derived else preset or "tiny"
@@ -187,8 +194,6 @@ def sim_cmd(
         raise ConfigError("--max-num-seqs 0 admits no request; use at least 1")
     levels_c = parse_int_list(concurrency, "--concurrency")
     duration_s = parse_duration(duration, "--duration") if duration else (60.0 if mode == "steady" else None)
-    workload = WorkloadSpec(input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed)
-    workload.validate()
     overrides = config.overrides_from(base)
     engine = msgspec.convert(preset_summary(config), EngineSummary)
     spec = RunSpec(workload=workload, sim=SimSpec(

@@ -127,9 +127,10 @@ def sweep_cmd(
     resume: Annotated[Path | None, typer.Option("--resume", help="Continue a sweep saved in this "
                                                 "directory (failed or damaged levels are measured again).",
                                                 rich_help_panel=SEARCH)] = None,
-    input_len: o.InputLen = 128,
-    output_len: o.OutputLen = 128,
+    input_len: o.InputLen = "128",
+    output_len: o.OutputLen = "128",
     range_ratio: o.RangeRatio = 0.0,
+    length_convention: o.LengthConvention = "plateau",
     dataset: o.Dataset = None,
     seed: o.Seed = 0,
     tokenizer: o.Tokenizer = None,
@@ -168,9 +169,10 @@ def sweep_cmd(
     if resume is not None and overwrite:
         raise ConfigError("--resume keeps the saved levels; --overwrite replaces them: choose one")
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
+    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer,
+                               length_convention=length_convention)
     ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect,
-                               input_len=input_len, output_len=output_len)
-    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
+                               input_len=workload.input_len, output_len=workload.output_len)
     o.check_load_size(_widest(plan))
     out_dir = resume or out_dir_or_temp(out, "sweep")
     console = o.wide_console()

@@ -34,7 +34,7 @@ from plateau_bench.sim.replicas import ReplicaSet, parse_balancer
 from plateau_bench.spec import LevelSpec, WorkloadSpec
 from plateau_bench.units import NS
 from plateau_bench.workload.arrivals import iter_arrival_offsets_ns
-from plateau_bench.workload.prompts import sample_lengths
+from plateau_bench.workload.lengths import LengthSampler
 
 DEFAULT_STEADY_DURATION_S = 60.0
 _BATCH = 4096
@@ -56,7 +56,7 @@ class _Lengths:
     def __init__(self, workload: WorkloadSpec, explicit: Sequence[tuple[int, int]] | None) -> None:
         self.seed = workload.seed
         self._workload = workload
-        self._rng = np.random.default_rng(workload.seed)
+        self._sampler = LengthSampler(workload, np.random.default_rng(workload.seed))
         self._cycle = explicit is not None
         self.pairs: list[tuple[int, int]] = list(explicit) if explicit else []
         self.i = 0
@@ -68,9 +68,7 @@ class _Lengths:
             return self.pairs[i]
         if self._cycle:
             return self.pairs[i % len(self.pairs)]
-        w = self._workload
-        prompts = sample_lengths(self._rng, w.input_len, w.range_ratio, _BATCH)
-        outputs = sample_lengths(self._rng, w.output_len, w.range_ratio, _BATCH)
+        prompts, outputs = self._sampler.draw(_BATCH)
         self.pairs.extend(zip(prompts, outputs, strict=True))
         return self.pairs[i]
 

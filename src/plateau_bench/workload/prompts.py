@@ -1,8 +1,7 @@
 """The prompts of a run: synthetic with exact lengths, or read from a dataset.
 
-Lengths: with ``--range-ratio r`` each prompt's input and output lengths are drawn uniformly from
-the integers in ``[int(len * (1 - r)), int(len * (1 + r))]`` (at least 1), as vLLM's random
-dataset does; ``r = 0`` gives every prompt the same lengths.
+Lengths: fixed, spread by ``--range-ratio`` under a ``--length-convention``, or drawn from a
+distribution; see ``lengths``.
 
 Determinism: one ``numpy`` generator seeded with ``--seed`` draws, in this order, the input
 lengths, the output lengths, then the text. The same seed and the same tokenizer (or the same
@@ -23,6 +22,7 @@ import numpy as np
 
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.workload.dataset import load_dataset
+from plateau_bench.workload.lengths import LengthSampler
 from plateau_bench.workload.tokenized import exact_texts
 from plateau_bench.workload.tokens import LocalTokenizer, RemoteCounter, TokenCounter
 from plateau_bench.workload.wordtext import estimate_texts, remote_texts
@@ -46,21 +46,13 @@ class Workload:
     accuracy: dict[str, Any] = field(default_factory=dict)
 
 
-def sample_lengths(rng: np.random.Generator, mean: int, ratio: float, n: int) -> list[int]:
-    """``n`` integers uniform in ``[int(mean*(1-ratio)), int(mean*(1+ratio))]``, each >= 1."""
-    lo = max(1, int(mean * (1.0 - ratio)))
-    hi = max(lo, int(mean * (1.0 + ratio)))
-    return [int(x) for x in rng.integers(lo, hi + 1, n)]
-
-
 async def synthesize(workload: WorkloadSpec, n: int, *, counter: TokenCounter) -> Workload:
     """Build ``n`` prompts (fewer if a dataset has fewer; the load loop reuses them cyclically)."""
     workload.validate()
     rng = np.random.default_rng(workload.seed)
     if workload.dataset:
         return await _from_dataset(workload, n, counter, rng)
-    inputs = sample_lengths(rng, workload.input_len, workload.range_ratio, n)
-    outputs = sample_lengths(rng, workload.output_len, workload.range_ratio, n)
+    inputs, outputs = LengthSampler(workload, rng).draw(n)
     accuracy: dict[str, Any]
     if isinstance(counter, LocalTokenizer):
         exact = exact_texts(counter, inputs, rng)

@@ -111,6 +111,8 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     input_dist: LengthSpec | None = None
     output_dist: LengthSpec | None = None
     length_convention: LengthConvention = "plateau"
+    prefix_groups: int = 0        # shared prefixes: G system prompts (0: none) ...
+    prefix_len: int = 0           # ... of P tokens each, before each request's own input_len tokens
 
     def validate(self) -> None:
         if self.input_len < 1:
@@ -125,9 +127,21 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
         if not (0.0 <= self.range_ratio < 1.0 or (sglang and self.range_ratio == 1.0)):
             bound = "[0, 1]" if sglang else "[0, 1)"
             raise ConfigError(f"--range-ratio must be in {bound} (got {self.range_ratio})")
+        self._validate_prefixes()
         if self.range_ratio and (self.input_dist is not None or self.output_dist is not None):
             raise ConfigError("--range-ratio spreads fixed lengths: give it with plain --input-len/--output-len "
                               "numbers, not with a distribution")
+
+
+    def _validate_prefixes(self) -> None:
+        if self.prefix_groups < 0:
+            raise ConfigError(f"--prefix-groups must be >= 1 (got {self.prefix_groups})")
+        if self.prefix_len < 0:
+            raise ConfigError(f"--prefix-len must be >= 1 (got {self.prefix_len})")
+        if bool(self.prefix_groups) != bool(self.prefix_len):
+            raise ConfigError("--prefix-groups and --prefix-len go together: G shared prefixes of P tokens")
+        if self.prefix_groups and self.dataset is not None:
+            raise ConfigError("--prefix-groups builds synthetic prompts; it cannot be combined with --dataset")
 
 
 class LevelSpec(msgspec.Struct, frozen=True, kw_only=True):

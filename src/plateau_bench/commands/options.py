@@ -61,6 +61,11 @@ LengthConvention = Annotated[str, typer.Option(
     "--length-convention", help="How --range-ratio spreads lengths: plateau (len*(1±r)), vllm (vLLM's random "
     "dataset: floor/ceil of len*(1±r), its seed stream) or sglang (bench_serving's random dataset: "
     "[max(1, r*len), len], its seed stream).", rich_help_panel=WORKLOAD)]
+PrefixGroups = Annotated[int, typer.Option("--prefix-groups", help="Shared prefixes: G distinct system prompts; "
+                                           "each request starts with one (needs --prefix-len).",
+                                           rich_help_panel=WORKLOAD)]
+PrefixLen = Annotated[int, typer.Option("--prefix-len", help="Tokens of each shared prefix; --input-len is each "
+                                        "request's own suffix after it.", rich_help_panel=WORKLOAD)]
 Dataset = Annotated[Path | None, typer.Option("--dataset", help="JSONL of prompts or ShareGPT JSON.",
                                               rich_help_panel=WORKLOAD)]
 Seed = Annotated[int, typer.Option("--seed", help="Same seed, same prompts.", rich_help_panel=WORKLOAD)]
@@ -135,7 +140,8 @@ def target_spec(url: str, model: str | None, endpoint: str, api_key: str | None,
 
 
 def workload_spec(input_len: str | int, output_len: str | int, range_ratio: float, dataset: Path | None, seed: int,
-                  tokenizer: str | None, *, length_convention: str = "plateau") -> WorkloadSpec:
+                  tokenizer: str | None, *, length_convention: str = "plateau", prefix_groups: int = 0,
+                  prefix_len: int = 0) -> WorkloadSpec:
     if dataset is not None and not os.access(dataset, os.R_OK):
         raise ConfigError(f"cannot read dataset {dataset}")
     if tokenizer is not None and not Path(tokenizer).exists():
@@ -145,7 +151,8 @@ def workload_spec(input_len: str | int, output_len: str | int, range_ratio: floa
     spec = WorkloadSpec(input_len=in_len, output_len=out_len, range_ratio=range_ratio,
                         dataset=str(dataset) if dataset else None, seed=seed, tokenizer=tokenizer,
                         input_dist=in_dist, output_dist=out_dist,
-                        length_convention=length_convention)  # type: ignore[arg-type]
+                        length_convention=length_convention,  # type: ignore[arg-type]
+                        prefix_groups=prefix_groups, prefix_len=prefix_len)
     spec.validate()
     return spec
 

@@ -67,6 +67,8 @@ def run_cmd(
     output_len: o.OutputLen = "128",
     range_ratio: o.RangeRatio = 0.0,
     length_convention: o.LengthConvention = "plateau",
+    prefix_groups: o.PrefixGroups = 0,
+    prefix_len: o.PrefixLen = 0,
     dataset: o.Dataset = None,
     seed: o.Seed = 0,
     tokenizer: o.Tokenizer = None,
@@ -84,7 +86,8 @@ def run_cmd(
     level = level_spec(mode, concurrency, num_requests, duration, rate, burstiness, max_concurrency, warmup)
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer,
-                               length_convention=length_convention)
+                               length_convention=length_convention, prefix_groups=prefix_groups,
+                               prefix_len=prefix_len)
     o.check_load_size(level.concurrency or level.max_concurrency or 0)
     console = o.wide_console()
 

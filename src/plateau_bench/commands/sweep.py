@@ -131,6 +131,8 @@ def sweep_cmd(
     output_len: o.OutputLen = "128",
     range_ratio: o.RangeRatio = 0.0,
     length_convention: o.LengthConvention = "plateau",
+    prefix_groups: o.PrefixGroups = 0,
+    prefix_len: o.PrefixLen = 0,
     dataset: o.Dataset = None,
     seed: o.Seed = 0,
     tokenizer: o.Tokenizer = None,
@@ -170,7 +172,8 @@ def sweep_cmd(
         raise ConfigError("--resume keeps the saved levels; --overwrite replaces them: choose one")
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer,
-                               length_convention=length_convention)
+                               length_convention=length_convention, prefix_groups=prefix_groups,
+                               prefix_len=prefix_len)
     ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect,
                                input_len=workload.input_len, output_len=workload.output_len)
     o.check_load_size(_widest(plan))

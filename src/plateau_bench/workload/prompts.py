@@ -23,6 +23,7 @@ import numpy as np
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.workload.dataset import load_dataset
 from plateau_bench.workload.lengths import LengthSampler
+from plateau_bench.workload.prefixes import shared_prefixes
 from plateau_bench.workload.tokenized import exact_texts
 from plateau_bench.workload.tokens import LocalTokenizer, RemoteCounter, TokenCounter
 from plateau_bench.workload.wordtext import estimate_texts, remote_texts
@@ -35,6 +36,7 @@ class Prompt:
     text: str
     prompt_tokens: int
     output_tokens: int
+    prefix_group: int = -1   # which shared prefix it starts with (--prefix-groups), -1: none
 
 
 @dataclass(frozen=True)
@@ -53,9 +55,22 @@ async def synthesize(workload: WorkloadSpec, n: int, *, counter: TokenCounter) -
     if workload.dataset:
         return await _from_dataset(workload, n, counter, rng)
     inputs, outputs = LengthSampler(workload, rng).draw(n)
+    texts, counts, accuracy = await make_texts(counter, inputs, rng)
+    groups: list[int] = [-1] * len(texts)
+    if workload.prefix_groups:
+        shared = await shared_prefixes(counter, workload.prefix_groups, workload.prefix_len, rng, make_texts)
+        texts, counts, groups = shared.attach(texts, counts, rng)
+        accuracy = {**accuracy, **shared.accuracy}
+    prompts = [Prompt(t, c, o, g) for t, c, o, g in zip(texts, counts, outputs, groups, strict=True)]
+    return Workload(prompts, counter.source, accuracy)
+
+
+async def make_texts(counter: TokenCounter, targets: list[int],
+                     rng: np.random.Generator) -> tuple[list[str], list[int], dict[str, Any]]:
+    """Texts of ``targets`` tokens each, their counts, and how exact the counts are."""
     accuracy: dict[str, Any]
     if isinstance(counter, LocalTokenizer):
-        exact = exact_texts(counter, inputs, rng)
+        exact = exact_texts(counter, targets, rng)
         texts, counts = exact.texts, exact.counts
         accuracy = {
             "method": "token ids, exact by construction" if exact.rounds == 0
@@ -67,12 +82,11 @@ async def synthesize(workload: WorkloadSpec, n: int, *, counter: TokenCounter) -
             "candidate_tokens": exact.candidates,
         }
     elif isinstance(counter, RemoteCounter):
-        texts, counts, accuracy = await remote_texts(counter, inputs, rng)
+        texts, counts, accuracy = await remote_texts(counter, targets, rng)
     else:
-        texts, counts = estimate_texts(inputs, rng), inputs
+        texts, counts = estimate_texts(targets, rng), list(targets)
         accuracy = {"method": "words, one token per word expected"}
-    prompts = [Prompt(t, c, o) for t, c, o in zip(texts, counts, outputs, strict=True)]
-    return Workload(prompts, counter.source, accuracy)
+    return texts, counts, accuracy
 
 
 async def _from_dataset(

@@ -253,6 +253,8 @@ def serve_sim_cmd(
     interconnect: r.Interconnect = None,
     efficiency: r.Efficiency = None,
     efficiency_from: r.EfficiencyFrom = None,
+    no_prefix_cache: Annotated[bool, typer.Option("--no-prefix-cache", help="Turn off prefix caching (on by "
+                                                  "default, as in vLLM).", rich_help_panel=ENGINE)] = False,
 ) -> None:
     """Serve the simulated engine as an OpenAI-compatible server with vLLM's /metrics."""
     from plateau_bench.aio import run
@@ -272,15 +274,18 @@ def serve_sim_cmd(
                            t0_ms, a_ms, b_ms, c_us, derived=derived, replicas=replicas, balancer=balancer)
     if derived:
         typer.echo(f"plateau serve-sim: engine {derived[1]}", err=True)
+    if no_prefix_cache:
+        config = msgspec.structs.replace(config, prefix_caching=False)
     fault_spec = parse_faults(faults) if faults else None
     options = ServeOptions(speed=speed, metrics=not no_metrics, reject_when_waiting=reject_when_waiting,
                            reject_status=reject_status, faults=fault_spec, faults_seed=faults_seed)
 
     def ready(bound: int) -> None:
         injected = f", faults {fault_spec.spec()} (seed {faults_seed})" if fault_spec and fault_spec.any else ""
+        caching = "" if config.prefix_caching else ", prefix caching off"
         typer.echo(f"plateau serve-sim: preset {config.name if derived else preset or 'tiny'} (model "
                    f"{config.model_name!r}) on "
-                   f"http://{host}:{bound}, speed x{speed:g}{injected}; Ctrl-C to stop", err=True)
+                   f"http://{host}:{bound}, speed x{speed:g}{injected}{caching}; Ctrl-C to stop", err=True)
 
     run(serve_forever(config, options, host=host, port=port, on_ready=ready))
 

@@ -118,6 +118,20 @@ class SimLevelInfo(msgspec.Struct, frozen=True, kw_only=True):
     virtual_end_s: float = 0.0
 
 
+class TurnMetrics(msgspec.Struct, frozen=True, kw_only=True):
+    """One turn index of multi-turn sessions over a level (turn 0: each conversation's first message).
+
+    Over the level's successful requests of that turn (warm-up excluded), measurement window or not:
+    a turn's figures show how latency grows with the history it carries.
+    """
+
+    turn: int
+    requests: int = 0
+    prompt_tokens_mean: float = 0.0
+    ttft_ms: Latency = msgspec.field(default_factory=Latency)
+    e2e_ms: Latency = msgspec.field(default_factory=Latency)
+
+
 class LevelResult(msgspec.Struct, kw_only=True):
     """Every metric of one load level. Keys are a contract: scripts read them from result.json."""
 
@@ -173,6 +187,7 @@ class LevelResult(msgspec.Struct, kw_only=True):
     gpu_metrics: GpuMetrics | None = None    # DCGM exporters, when --gpu-metrics-url was given
     benchmark_s: float | None = None         # seconds of load spent (virtual time for the twin)
     sim: SimLevelInfo | None = None
+    turns: list[TurnMetrics] = msgspec.field(default_factory=list)   # per turn index, with --sessions
 
 
 class Plateau(msgspec.Struct, frozen=True):

@@ -15,6 +15,7 @@ Cookie, Set-Cookie...), or when the user named it in ``secret_headers`` (``--sec
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal
 
 import msgspec
@@ -29,6 +30,9 @@ MAX_CONCURRENCY = 1_000_000
 REDACTED = "***"
 _SECRET_NAME_PARTS = ("auth", "key", "token", "secret", "cookie", "passw", "session")
 
+
+DEFAULT_SESSION_HEADER = "X-Session-ID"
+_HEADER_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
 
 LengthKind = Literal["fixed", "uniform", "normal", "lognormal", "file"]
 LengthConvention = Literal["plateau", "sglang", "vllm"]
@@ -113,6 +117,10 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     length_convention: LengthConvention = "plateau"
     prefix_groups: int = 0        # shared prefixes: G system prompts (0: none) ...
     prefix_len: int = 0           # ... of P tokens each, before each request's own input_len tokens
+    sessions: int = 0             # multi-turn: this many conversations (0: single-turn requests) ...
+    turns: LengthSpec | None = None   # ... of this many turns each (None: 1) ...
+    think_time_s: float = 0.0     # ... with this pause between an answer and the next turn
+    session_header: str = DEFAULT_SESSION_HEADER   # the header carrying each conversation's id
 
     def validate(self) -> None:
         if self.input_len < 1:
@@ -128,10 +136,23 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
             bound = "[0, 1]" if sglang else "[0, 1)"
             raise ConfigError(f"--range-ratio must be in {bound} (got {self.range_ratio})")
         self._validate_prefixes()
+        self._validate_sessions()
         if self.range_ratio and (self.input_dist is not None or self.output_dist is not None):
             raise ConfigError("--range-ratio spreads fixed lengths: give it with plain --input-len/--output-len "
                               "numbers, not with a distribution")
 
+
+    def _validate_sessions(self) -> None:
+        if self.sessions < 0:
+            raise ConfigError(f"--sessions must be >= 1 (got {self.sessions})")
+        if not (math.isfinite(self.think_time_s) and self.think_time_s >= 0):
+            raise ConfigError(f"--think-time must be >= 0 and finite (got {self.think_time_s})")
+        if self.sessions and self.dataset is not None:
+            raise ConfigError("--sessions builds synthetic conversations; it cannot be combined with --dataset")
+        if not _HEADER_TOKEN.match(self.session_header):
+            raise ConfigError(f"--session-header must be an HTTP header name (got {self.session_header!r})")
+        if self.turns is not None and self.turns.kind in ("normal", "lognormal") and self.turns.a < 1:
+            raise ConfigError("--turns: the mean must be at least 1")
 
     def _validate_prefixes(self) -> None:
         if self.prefix_groups < 0:

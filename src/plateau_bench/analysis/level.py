@@ -15,6 +15,7 @@ import msgspec
 from plateau_bench.analysis.gpu import gpu_metrics
 from plateau_bench.analysis.health import summarize_health
 from plateau_bench.analysis.metrics import Window, compute_level, full_window, steady_window
+from plateau_bench.analysis.turns import turn_metrics
 from plateau_bench.level_run import LevelRun
 from plateau_bench.result import LevelResult, ServerTelemetry, SimLevelInfo
 from plateau_bench.telemetry.summary import summarize as summarize_telemetry
@@ -80,6 +81,7 @@ def build_level(run: LevelRun) -> LevelResult:
         cut_off_at_stop=run.cut_off_at_stop,
         gpu_metrics=gpu_metrics(run.dcgm_samples, window.start_ns, window.end_ns) if run.dcgm_samples else None,
         sim=sim,
+        turns=turn_metrics(run.records),
     )
     result.notes = _notes(run, result)
     if run.target_gone:

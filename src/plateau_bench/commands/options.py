@@ -8,12 +8,15 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
+import msgspec
 import typer
 from rich.console import Console
 
 from plateau_bench.errors import ConfigError
 from plateau_bench.spec import (
+    DEFAULT_SESSION_HEADER,
     LengthSpec,
+    LevelSpec,
     TargetSpec,
     WorkloadSpec,
     parse_duration,
@@ -66,6 +69,15 @@ PrefixGroups = Annotated[int, typer.Option("--prefix-groups", help="Shared prefi
                                            rich_help_panel=WORKLOAD)]
 PrefixLen = Annotated[int, typer.Option("--prefix-len", help="Tokens of each shared prefix; --input-len is each "
                                         "request's own suffix after it.", rich_help_panel=WORKLOAD)]
+Sessions = Annotated[int, typer.Option("--sessions", help="Multi-turn: N conversations, each carrying its "
+                                       "history; --concurrency counts conversations (closed loop).",
+                                       rich_help_panel=WORKLOAD)]
+Turns = Annotated[str, typer.Option("--turns", help=f"Turns per conversation: {_DISTS}.",
+                                    rich_help_panel=WORKLOAD)]
+ThinkTime = Annotated[str, typer.Option("--think-time", help="Pause between an answer and the next turn, e.g. "
+                                        "2s (default 0).", rich_help_panel=WORKLOAD)]
+SessionHeader = Annotated[str, typer.Option("--session-header", help="Header carrying each conversation's id, "
+                                            "for session-affine routers.", rich_help_panel=WORKLOAD)]
 Dataset = Annotated[Path | None, typer.Option("--dataset", help="JSONL of prompts or ShareGPT JSON.",
                                               rich_help_panel=WORKLOAD)]
 Seed = Annotated[int, typer.Option("--seed", help="Same seed, same prompts.", rich_help_panel=WORKLOAD)]
@@ -140,8 +152,10 @@ def target_spec(url: str, model: str | None, endpoint: str, api_key: str | None,
 
 
 def workload_spec(input_len: str | int, output_len: str | int, range_ratio: float, dataset: Path | None, seed: int,
-                  tokenizer: str | None, *, length_convention: str = "plateau", prefix_groups: int = 0,
-                  prefix_len: int = 0) -> WorkloadSpec:
+                  tokenizer: str | None, length_convention: str = "plateau", prefix_groups: int = 0,
+                  prefix_len: int = 0, sessions: int = 0, turns: str = "4", think_time: str = "0",
+                  session_header: str = DEFAULT_SESSION_HEADER, *, closed_loop: bool = True) -> WorkloadSpec:
+    """The validated workload; ``closed_loop``: whether its levels are a steady closed loop (sessions need one)."""
     if dataset is not None and not os.access(dataset, os.R_OK):
         raise ConfigError(f"cannot read dataset {dataset}")
     if tokenizer is not None and not Path(tokenizer).exists():
@@ -152,9 +166,18 @@ def workload_spec(input_len: str | int, output_len: str | int, range_ratio: floa
                         dataset=str(dataset) if dataset else None, seed=seed, tokenizer=tokenizer,
                         input_dist=in_dist, output_dist=out_dist,
                         length_convention=length_convention,  # type: ignore[arg-type]
-                        prefix_groups=prefix_groups, prefix_len=prefix_len)
+                        prefix_groups=prefix_groups, prefix_len=prefix_len, sessions=sessions,
+                        turns=parse_length(turns, "--turns") if sessions else None,
+                        think_time_s=_think_time(think_time), session_header=session_header.strip())
     spec.validate()
+    if spec.sessions and not closed_loop:
+        raise ConfigError("--sessions sweeps a closed loop of conversations in steady mode (--concurrency); "
+                          "burst levels and open-loop session arrivals (--rate) are not supported")
     return spec
+
+
+def _think_time(text: str) -> float:
+    return 0.0 if text.strip() in ("0", "0s", "0ms") else parse_duration(text, "--think-time")
 
 
 def length_option(value: str | int, flag: str) -> tuple[int, LengthSpec | None]:
@@ -201,3 +224,19 @@ def gpu_metrics_urls(urls: list[str] | None) -> list[str]:
             raise ConfigError(f"--gpu-metrics-url must start with http:// or https:// (got {redact_url(url)!r})")
         out.append(url if urlsplit(url).path not in ("", "/") else url.rstrip("/") + "/metrics")
     return out
+
+
+def session_level(level: LevelSpec, workload: WorkloadSpec) -> LevelSpec:
+    """A level for multi-turn sessions: a closed loop; a burst sends every turn of C conversations."""
+    if not workload.sessions:
+        return level
+    if level.mode == "rate":
+        raise ConfigError("--sessions runs a closed loop of conversations (--concurrency, burst or steady); "
+                          "open-loop session arrivals (--rate) are not supported")
+    if level.mode == "burst" and level.num_requests is None and level.concurrency is not None:
+        from plateau_bench.workload.lengths import nominal_length
+
+        turns = nominal_length(workload.turns, "--turns") if workload.turns is not None else 1
+        return msgspec.structs.replace(level, num_requests=level.concurrency * turns)
+    return level
+

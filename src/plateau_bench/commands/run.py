@@ -69,6 +69,10 @@ def run_cmd(
     length_convention: o.LengthConvention = "plateau",
     prefix_groups: o.PrefixGroups = 0,
     prefix_len: o.PrefixLen = 0,
+    sessions: o.Sessions = 0,
+    turns: o.Turns = "4",
+    think_time: o.ThinkTime = "0",
+    session_header: o.SessionHeader = "X-Session-ID",
     dataset: o.Dataset = None,
     seed: o.Seed = 0,
     tokenizer: o.Tokenizer = None,
@@ -87,7 +91,9 @@ def run_cmd(
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer,
                                length_convention=length_convention, prefix_groups=prefix_groups,
-                               prefix_len=prefix_len)
+                               prefix_len=prefix_len, sessions=sessions, turns=turns, think_time=think_time,
+                               session_header=session_header)
+    level = o.session_level(level, workload)
     o.check_load_size(level.concurrency or level.max_concurrency or 0)
     console = o.wide_console()
 

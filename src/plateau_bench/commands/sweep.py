@@ -133,6 +133,10 @@ def sweep_cmd(
     length_convention: o.LengthConvention = "plateau",
     prefix_groups: o.PrefixGroups = 0,
     prefix_len: o.PrefixLen = 0,
+    sessions: o.Sessions = 0,
+    turns: o.Turns = "4",
+    think_time: o.ThinkTime = "0",
+    session_header: o.SessionHeader = "X-Session-ID",
     dataset: o.Dataset = None,
     seed: o.Seed = 0,
     tokenizer: o.Tokenizer = None,
@@ -171,9 +175,9 @@ def sweep_cmd(
     if resume is not None and overwrite:
         raise ConfigError("--resume keeps the saved levels; --overwrite replaces them: choose one")
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
-    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer,
-                               length_convention=length_convention, prefix_groups=prefix_groups,
-                               prefix_len=prefix_len)
+    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer, length_convention,
+                               prefix_groups, prefix_len, sessions, turns, think_time, session_header,
+                               closed_loop=mode == "steady" and not isinstance(plan, RatePlan) and find != "max-rate")
     ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect,
                                input_len=workload.input_len, output_len=workload.output_len)
     o.check_load_size(_widest(plan))

@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.health import HealthSampler
-from plateau_bench.driver.load import LoadProgress, run_level
+from plateau_bench.driver.load import LoadProgress, Sender, run_level
+from plateau_bench.driver.sessions import SessionPool, SessionSender
 from plateau_bench.errors import ErrorClass
 from plateau_bench.level_run import LevelRun, StopRule
 from plateau_bench.progress import LevelProgress
@@ -37,8 +38,9 @@ DEAD_TARGET_FAILURES = 32   # consecutive connection failures that end a level: 
 class _TrackingSender:
     """Wraps the client to know which requests are in flight (for the convergence window)."""
 
-    def __init__(self, client: StreamingClient, progress: LevelProgress | None) -> None:
+    def __init__(self, client: StreamingClient, progress: LevelProgress | None, inner: Sender | None = None) -> None:
         self.client = client
+        self.inner: Sender = inner if inner is not None else client   # a SessionSender for multi-turn sessions
         self.progress = progress
         self.in_flight: dict[int, int] = {}
 
@@ -48,9 +50,9 @@ class _TrackingSender:
         if self.progress is not None:
             self.progress.in_flight = len(self.in_flight)
         try:
-            return await self.client.send(index=index, prompt=prompt, prompt_tokens=prompt_tokens,
-                                          max_tokens=max_tokens, scheduled_ns=scheduled_ns, worker=worker,
-                                          warmup=warmup)
+            return await self.inner.send(index=index, prompt=prompt, prompt_tokens=prompt_tokens,
+                                         max_tokens=max_tokens, scheduled_ns=scheduled_ns, worker=worker,
+                                         warmup=warmup)
         finally:
             self.in_flight.pop(index, None)
             if self.progress is not None:
@@ -102,8 +104,10 @@ class HttpLevelRunner:
         progress: Callable[[], LevelProgress | None] = lambda: None,
         seed: int = 0,
         gpu_metrics_urls: Sequence[str] = (),
+        sessions: SessionPool | None = None,
     ) -> None:
         self.target = target
+        self.sessions = sessions
         self.prompts = prompts
         self.metrics_url = metrics_url
         self.metrics_required = metrics_required
@@ -136,7 +140,8 @@ class HttpLevelRunner:
         scraper = TelemetryScraper(self.metrics_url, t0_ns=t0) if self.metrics_url else None
         async with StreamingClient(self.target, concurrency=width, t0_ns=t0,
                                    count_tokens=self.count_tokens) as client:
-            sender = _TrackingSender(client, progress)
+            sessions = SessionSender(client, self.sessions) if self.sessions is not None else None
+            sender = _TrackingSender(client, progress, sessions)
             health = HealthSampler(t0_ns=t0, in_flight=lambda: len(sender.in_flight))
             if scraper is not None:
                 await scraper.start(wait_first=True)

@@ -225,12 +225,22 @@ def sweep_report(result: ResultFile, out_dir: str | None) -> RenderableType:
     return Group(*parts)
 
 
+def turns_line(lv: LevelResult) -> str:
+    """Multi-turn sessions: TTFT p50 by turn index, with the prompt each turn carried."""
+    shown = ", ".join(f"{t.turn + 1}: {t.ttft_ms.p50 or 0.0:.0f} ms ({t.prompt_tokens_mean:,.0f} tok)"
+                      for t in lv.turns[:12])
+    more = f", ... ({len(lv.turns)} turns)" if len(lv.turns) > 12 else ""
+    return f"TTFT p50 by turn (prompt tokens): {shown}{more}"
+
+
 def run_report(result: ResultFile, out_dir: str | None) -> RenderableType:
     """What ``plateau run`` prints: the level, its failures, and a verdict only when it found a problem."""
     parts: list[RenderableType] = []
     for lv in result.levels:
         parts.append(_plain(seed_line(lv)))
         parts.append(level_table([lv]))
+        if lv.turns:
+            parts.append(_plain(turns_line(lv)))
         if lv.level_failed:
             parts.append(Text(f"level failed: {lv.failed}/{lv.num_requests} requests failed, mostly "
                               f"{lv.dominant_error}", style="red"))

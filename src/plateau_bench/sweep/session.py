@@ -17,6 +17,7 @@ from pathlib import Path
 import msgspec
 
 from plateau_bench.driver.runner import HttpLevelRunner
+from plateau_bench.driver.sessions import SessionPool
 from plateau_bench.driver.target import TargetInfo, discover, tokenize_remote, wait_ready
 from plateau_bench.errors import ConfigError
 from plateau_bench.level_run import HealthSample, LevelRun
@@ -50,6 +51,7 @@ from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchP
 from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.telemetry.scraper import default_metrics_url
 from plateau_bench.workload.prompts import Prompt, synthesize
+from plateau_bench.workload.sessions import build_sessions
 from plateau_bench.workload.tokens import LocalTokenizer, choose_counter
 
 MAX_PROMPTS = 4096
@@ -64,6 +66,7 @@ class Prepared:
     accuracy: dict[str, Scalar] = field(default_factory=dict)
     twin: TwinInfo | None = None
     count_tokens: Callable[[str], int] | None = None
+    sessions: SessionPool | None = None   # multi-turn conversations, when --sessions is given
 
 
 @contextlib.asynccontextmanager
@@ -96,8 +99,15 @@ async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int, *,
         return await tokenize_remote(target, info.model, text)
 
     counter = await choose_counter(workload.tokenizer, count_remote if info.tokenize else None)
-    built = await synthesize(workload, min(max(n_prompts, 1), MAX_PROMPTS), counter=counter)
     count_tokens = counter.count_text if isinstance(counter, LocalTokenizer) else None
+    if workload.sessions:
+        sessions = await build_sessions(workload, counter=counter)
+        pool = SessionPool(sessions, chat=target.endpoint == "chat", think_time_s=workload.think_time_s,
+                           header=workload.session_header)
+        first = [c.first_prompt() for c in sessions.conversations]
+        accuracy = msgspec.convert(sessions.accuracy, dict[str, Scalar])
+        return Prepared(target, info, first, sessions.token_source, accuracy, twin, count_tokens, pool)
+    built = await synthesize(workload, min(max(n_prompts, 1), MAX_PROMPTS), counter=counter)
     accuracy = msgspec.convert(built.accuracy, dict[str, Scalar])
     return Prepared(target, info, built.prompts, built.token_source, accuracy, twin, count_tokens)
 
@@ -207,7 +217,8 @@ async def measure(prepared: Prepared, workload: WorkloadSpec,
     rule = stop_rule_for(limits) if limits else None
     runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
                              metrics_required=metrics_required, count_tokens=prepared.count_tokens,
-                             progress=progress, seed=workload.seed, gpu_metrics_urls=gpu_metrics_urls)
+                             progress=progress, seed=workload.seed, gpu_metrics_urls=gpu_metrics_urls,
+                             sessions=prepared.sessions)
     result = _new_result("run" if single else "sweep", spec, prepared)
     writer = ResultWriter(out_dir, result, existing=existing) if out_dir is not None else None
 

@@ -72,6 +72,19 @@ def _widest(plan: ConcurrencyPlan | RatePlan | SloSearchPlan) -> int:
     return max(plan.concurrencies) if plan.concurrencies else plan.search.max_concurrency
 
 
+def _check_resume(resume: Path | None, out: Path | None, overwrite: bool,
+                  plan: ConcurrencyPlan | RatePlan | SloSearchPlan) -> None:
+    if resume is None:
+        return
+    if isinstance(plan, RatePlan) and plan.rates is None:
+        raise ConfigError("--resume continues concurrency sweeps and given rates; an auto rate sweep starts "
+                          "afresh")
+    if out is not None and Path(out) != Path(resume):
+        raise ConfigError("--resume continues in its own directory; drop --out or make it the same")
+    if overwrite:
+        raise ConfigError("--resume keeps the saved levels; --overwrite replaces them: choose one")
+
+
 def sweep_cmd(
     url: o.Url = None,
     model: o.Model = None,
@@ -167,13 +180,7 @@ def sweep_cmd(
     plan = (find_plan(find, mode, concurrency, rate, start, max_concurrency, start_rate, max_rate, resolution,
                       burstiness, limits) if find is not None
             else build_plan(concurrency, mode, rate, burstiness, start, max_concurrency, plateau_gain, limits))
-    if resume is not None and isinstance(plan, RatePlan) and plan.rates is None:
-        raise ConfigError("--resume continues concurrency sweeps and given rates; an auto rate sweep starts "
-                          "afresh")
-    if resume is not None and out is not None and Path(out) != Path(resume):
-        raise ConfigError("--resume continues in its own directory; drop --out or make it the same")
-    if resume is not None and overwrite:
-        raise ConfigError("--resume keeps the saved levels; --overwrite replaces them: choose one")
+    _check_resume(resume, out, overwrite, plan)
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer, length_convention,
                                prefix_groups, prefix_len, sessions, turns, think_time, session_header,

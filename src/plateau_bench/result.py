@@ -313,6 +313,8 @@ class SweepSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_error_rate: float = 0.2
     find: str | None = None                   # max-concurrency | max-rate: the SLO boundary search
     resolution: float | None = None
+    trace: bool = False                       # a trace replayed at time scales (--trace) ...
+    time_scales: list[float] | None = None    # ... these, or None: 1, 2, 4, ... until it stops keeping up
 
 
 class TargetPublic(msgspec.Struct, frozen=True, kw_only=True):

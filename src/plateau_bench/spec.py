@@ -121,6 +121,8 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     turns: LengthSpec | None = None   # ... of this many turns each (None: 1) ...
     think_time_s: float = 0.0     # ... with this pause between an answer and the next turn
     session_header: str = DEFAULT_SESSION_HEADER   # the header carrying each conversation's id
+    trace: str | None = None      # replay this trace's requests at their times (workload.trace) ...
+    trace_requests: int | None = None   # ... its first this many (None: all)
 
     def validate(self) -> None:
         if self.input_len < 1:
@@ -137,10 +139,21 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"--range-ratio must be in {bound} (got {self.range_ratio})")
         self._validate_prefixes()
         self._validate_sessions()
+        self._validate_trace()
         if self.range_ratio and (self.input_dist is not None or self.output_dist is not None):
             raise ConfigError("--range-ratio spreads fixed lengths: give it with plain --input-len/--output-len "
                               "numbers, not with a distribution")
 
+
+    def _validate_trace(self) -> None:
+        if self.trace is None:
+            return
+        if self.trace_requests is not None and self.trace_requests < 1:
+            raise ConfigError(f"--num-requests must be > 0 (got {self.trace_requests})")
+        for given, flag in ((self.dataset, "--dataset"), (self.sessions, "--sessions"),
+                            (self.prefix_groups, "--prefix-groups")):
+            if given:
+                raise ConfigError(f"--trace brings its own requests; it cannot be combined with {flag}")
 
     def _validate_sessions(self) -> None:
         if self.sessions < 0:
@@ -181,9 +194,12 @@ class LevelSpec(msgspec.Struct, frozen=True, kw_only=True):
     burstiness: float = 1.0
     max_concurrency: int | None = None
     warmup: int = 0
+    time_scale: float | None = None   # a trace replayed this many times faster (a rate level)
 
     @property
     def label(self) -> str:
+        if self.time_scale is not None:
+            return f"trace x{self.time_scale:g}"
         if self.mode == "rate":
             return f"rate={self.rate:g}"
         return f"C={self.concurrency}"
@@ -210,6 +226,8 @@ class LevelSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"--burstiness must be > 0 and finite (got {self.burstiness})")
         if self.warmup < 0:
             raise ConfigError(f"--warmup must be >= 0 (got {self.warmup})")
+        if self.time_scale is not None and (self.mode != "rate" or not _positive(self.time_scale)):
+            raise ConfigError(f"--time-scale must be > 0 and finite, on a trace's open loop (got {self.time_scale})")
         if self.mode != "burst" and self.num_requests is None and self.duration_s is None:
             raise ConfigError("a steady or rate level needs --duration or --num-requests")
 

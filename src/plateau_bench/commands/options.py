@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -78,6 +79,11 @@ ThinkTime = Annotated[str, typer.Option("--think-time", help="Pause between an a
                                         "2s (default 0).", rich_help_panel=WORKLOAD)]
 SessionHeader = Annotated[str, typer.Option("--session-header", help="Header carrying each conversation's id, "
                                             "for session-affine routers.", rich_help_panel=WORKLOAD)]
+Trace = Annotated[Path | None, typer.Option("--trace", help="Replay a trace at its recorded times and lengths: "
+                                            "Azure CSV, Mooncake JSONL (hash_ids), or plain JSONL/CSV "
+                                            "(time_s, input_len, output_len).", rich_help_panel=WORKLOAD)]
+TimeScale = Annotated[float, typer.Option("--time-scale", help="--trace: replay this many times faster "
+                                          "(offsets divided by it).", rich_help_panel=WORKLOAD)]
 Dataset = Annotated[Path | None, typer.Option("--dataset", help="JSONL of prompts or ShareGPT JSON.",
                                               rich_help_panel=WORKLOAD)]
 Seed = Annotated[int, typer.Option("--seed", help="Same seed, same prompts.", rich_help_panel=WORKLOAD)]
@@ -154,12 +160,15 @@ def target_spec(url: str, model: str | None, endpoint: str, api_key: str | None,
 def workload_spec(input_len: str | int, output_len: str | int, range_ratio: float, dataset: Path | None, seed: int,
                   tokenizer: str | None, length_convention: str = "plateau", prefix_groups: int = 0,
                   prefix_len: int = 0, sessions: int = 0, turns: str = "4", think_time: str = "0",
-                  session_header: str = DEFAULT_SESSION_HEADER, *, closed_loop: bool = True) -> WorkloadSpec:
+                  session_header: str = DEFAULT_SESSION_HEADER, *, closed_loop: bool = True,
+                  trace: Path | None = None, trace_requests: int | None = None) -> WorkloadSpec:
     """The validated workload; ``closed_loop``: whether its levels are a steady closed loop (sessions need one)."""
     if dataset is not None and not os.access(dataset, os.R_OK):
         raise ConfigError(f"cannot read dataset {dataset}")
     if tokenizer is not None and not Path(tokenizer).exists():
         raise ConfigError(f"--tokenizer {tokenizer}: no such file or directory")
+    if trace is not None and not os.access(trace, os.R_OK):
+        raise ConfigError(f"--trace {trace}: cannot read the file")
     in_len, in_dist = length_option(input_len, "--input-len")
     out_len, out_dist = length_option(output_len, "--output-len")
     spec = WorkloadSpec(input_len=in_len, output_len=out_len, range_ratio=range_ratio,
@@ -168,7 +177,9 @@ def workload_spec(input_len: str | int, output_len: str | int, range_ratio: floa
                         length_convention=length_convention,  # type: ignore[arg-type]
                         prefix_groups=prefix_groups, prefix_len=prefix_len, sessions=sessions,
                         turns=parse_length(turns, "--turns") if sessions else None,
-                        think_time_s=_think_time(think_time), session_header=session_header.strip())
+                        think_time_s=_think_time(think_time), session_header=session_header.strip(),
+                        trace=str(trace) if trace is not None else None,
+                        trace_requests=trace_requests if trace is not None else None)
     spec.validate()
     if spec.sessions and not closed_loop:
         raise ConfigError("--sessions sweeps a closed loop of conversations in steady mode (--concurrency); "
@@ -240,3 +251,16 @@ def session_level(level: LevelSpec, workload: WorkloadSpec) -> LevelSpec:
         return msgspec.structs.replace(level, num_requests=level.concurrency * turns)
     return level
 
+
+def trace_level(workload: WorkloadSpec, time_scale: float, max_concurrency: int | None) -> LevelSpec:
+    """The open-loop level that replays ``workload.trace`` at ``time_scale``."""
+    from plateau_bench.workload.trace import load_trace
+
+    assert workload.trace is not None
+    if not (math.isfinite(time_scale) and time_scale > 0):
+        raise ConfigError(f"--time-scale must be > 0 and finite (got {time_scale})")
+    trace = load_trace(workload.trace, limit=workload.trace_requests)
+    level = LevelSpec(mode="rate", rate=trace.rate(time_scale), num_requests=len(trace.rows),
+                      max_concurrency=max_concurrency, time_scale=time_scale)
+    level.validate()
+    return level

@@ -58,6 +58,7 @@ from plateau_bench.workload.prompts import Prompt
 GRACE_MIN_S = 5.0       # the shortest drain: a hung request is declared no sooner
 GRACE_FACTOR = 2.0      # times the longest request finished so far
 _DRAIN_POLL_S = 0.25
+_TIMER_SLACK_NS = 1_500_000   # how early an event-loop timer may fire (uvloop: whole milliseconds)
 
 OnRecord = Callable[[RequestRecord], None]
 
@@ -117,6 +118,7 @@ async def run_level(
     progress: LoadProgress | None = None,
     seed: int = 0,
     grace_min_s: float = GRACE_MIN_S,
+    offsets_ns: Sequence[int] | None = None,
 ) -> list[RequestRecord]:
     """Run one level and return its records (warm-up included, flagged) in completion order.
 
@@ -131,6 +133,8 @@ async def run_level(
         progress: live counters, updated in place.
         seed: seed of the open-loop arrival schedule.
         grace_min_s: the shortest drain before in-flight requests are declared hung.
+        offsets_ns: a rate level's send times (a trace), instead of the gamma schedule; prompt ``i``
+            goes at offset ``i``.
     """
     if not prompts:
         raise ValueError("run_level needs at least one prompt")
@@ -138,6 +142,7 @@ async def run_level(
     run = _LevelRun(sender, prompts, level, t0_ns, clock_ns, on_record, stop, finish, progress or LoadProgress(),
                     seed)
     run.grace_min_ns = int(grace_min_s * NS)
+    run.offsets_ns = offsets_ns
     return await run.run()
 
 
@@ -167,6 +172,7 @@ class _LevelRun:
         self._deadline_ns: int | None = None
         self._to_send: int | None = None   # requests the current phase will send at most
         self.grace_min_ns = int(GRACE_MIN_S * NS)
+        self.offsets_ns: Sequence[int] | None = None
 
     def now(self) -> int:
         return self.clock_ns() - self.t0_ns
@@ -279,11 +285,14 @@ class _LevelRun:
         start = self.now()
         deadline = self._deadline(start)
         count = level.num_requests
+        if self.offsets_ns is not None:
+            count = len(self.offsets_ns) if count is None else min(count, len(self.offsets_ns))
         self._deadline_ns = deadline
         self._to_send = None if count is None else self.progress.sent + count
         self._drain_start_ns = None
         bound = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
-        arrivals = iter_arrival_offsets_ns(level.rate, burstiness=level.burstiness, seed=self.seed)
+        arrivals = (iter(self.offsets_ns) if self.offsets_ns is not None
+                    else iter_arrival_offsets_ns(level.rate, burstiness=level.burstiness, seed=self.seed))
         for n, offset in enumerate(arrivals):
             scheduled = start + offset
             if self._stopping or self._finishing() or (count is not None and n >= count):
@@ -292,8 +301,18 @@ class _LevelRun:
                 return
             delay = scheduled - self.now()
             if delay > 0:
-                await asyncio.sleep(delay / NS)
+                await (self._until(scheduled) if self.offsets_ns is not None else asyncio.sleep(delay / NS))
             self._spawn(self._arrival(scheduled, bound, deadline))
+
+    async def _until(self, when_ns: int) -> None:
+        """Wait until ``when_ns`` and not before: uvloop's timers count whole milliseconds and may fire up
+        to one early, so a trace's last millisecond is waited by yielding to the loop (other requests'
+        reads go on meanwhile). Only for traces: at high rates this polling would cost the generator CPU."""
+        delay = when_ns - self.now()
+        if delay > _TIMER_SLACK_NS:
+            await asyncio.sleep((delay - _TIMER_SLACK_NS) / NS)
+        while self.now() < when_ns:
+            await asyncio.sleep(0)
 
     async def _arrival(self, scheduled_ns: int, bound: asyncio.Semaphore | None, deadline_ns: int | None) -> None:
         if bound is None:

@@ -105,9 +105,11 @@ class HttpLevelRunner:
         seed: int = 0,
         gpu_metrics_urls: Sequence[str] = (),
         sessions: SessionPool | None = None,
+        schedule_ns: Sequence[int] | None = None,
     ) -> None:
         self.target = target
         self.sessions = sessions
+        self.schedule_ns = schedule_ns   # a trace's send offsets at time scale 1 (prompt i at offset i)
         self.prompts = prompts
         self.metrics_url = metrics_url
         self.metrics_required = metrics_required
@@ -159,7 +161,8 @@ class HttpLevelRunner:
                                                         progress, finish, t0))
             try:
                 await run_level(sender, self.prompts, level, t0_ns=t0, on_record=collect, stop=abort,
-                                finish=finish, seed=self.seed, progress=load_progress)
+                                finish=finish, seed=self.seed, progress=load_progress,
+                                offsets_ns=self._offsets(level))
             finally:
                 monitor.cancel()
                 health_samples = await health.stop()
@@ -173,6 +176,12 @@ class HttpLevelRunner:
             cut_off_at_stop=load_progress.cancelled, target_gone=collect.refused >= DEAD_TARGET_FAILURES,
             engine=self.engine, gpu_note=None if gpu_samples else self.gpu_note)
 
+    def _offsets(self, level: LevelSpec) -> list[int] | None:
+        if self.schedule_ns is None:
+            return None
+        scale = level.time_scale or 1.0
+        return [round(o / scale) for o in self.schedule_ns]
+
     async def _monitor(self, level: LevelSpec, stop_rule: StopRule | None, records: list[RequestRecord],
                        sender: _TrackingSender, scraper: TelemetryScraper | None,
                        progress: LevelProgress | None, finish: asyncio.Event, t0: int) -> None:
@@ -183,8 +192,8 @@ class HttpLevelRunner:
                 last = scraper.samples[-1]
                 progress.server_running = last.get("running")
                 progress.server_waiting = last.get("waiting")
-            if stop_rule is None or level.mode == "burst":
-                continue
+            if stop_rule is None or level.mode == "burst" or level.time_scale is not None:
+                continue   # a burst and a trace replay send all their requests
             workers = level.concurrency or 1  # open loop: records carry worker -1, one "worker"
             complete = sender.complete_until_ns()
             if progress is not None:

@@ -48,11 +48,14 @@ from plateau_bench.store import (
 )
 from plateau_bench.sweep.loop import SweepObserver, SweepState, conclude, run_sweep, stop_rule_for
 from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchPlan, Step, SweepLimits
+from plateau_bench.sweep.trace_plan import TracePlan
 from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.telemetry.scraper import default_metrics_url
 from plateau_bench.workload.prompts import Prompt, synthesize
 from plateau_bench.workload.sessions import build_sessions
 from plateau_bench.workload.tokens import LocalTokenizer, choose_counter
+from plateau_bench.workload.trace import load_trace
+from plateau_bench.workload.trace_prompts import trace_prompts
 
 MAX_PROMPTS = 4096
 
@@ -67,6 +70,7 @@ class Prepared:
     twin: TwinInfo | None = None
     count_tokens: Callable[[str], int] | None = None
     sessions: SessionPool | None = None   # multi-turn conversations, when --sessions is given
+    schedule_ns: list[int] | None = None  # a trace's send offsets (time scale 1), when --trace is given
 
 
 @contextlib.asynccontextmanager
@@ -100,6 +104,12 @@ async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int, *,
 
     counter = await choose_counter(workload.tokenizer, count_remote if info.tokenize else None)
     count_tokens = counter.count_text if isinstance(counter, LocalTokenizer) else None
+    if workload.trace is not None:
+        trace = load_trace(workload.trace, limit=workload.trace_requests)
+        built = await trace_prompts(trace, counter=counter, seed=workload.seed)
+        accuracy = msgspec.convert(built.accuracy, dict[str, Scalar])
+        return Prepared(target, info, built.prompts, built.token_source, accuracy, twin, count_tokens,
+                        schedule_ns=trace.offsets_ns())
     if workload.sessions:
         sessions = await build_sessions(workload, counter=counter)
         pool = SessionPool(sessions, chat=target.endpoint == "chat", think_time_s=workload.think_time_s,
@@ -199,7 +209,7 @@ def _new_result(kind: ResultKind, spec: RunSpec, prepared: Prepared) -> ResultFi
 
 
 async def measure(prepared: Prepared, workload: WorkloadSpec,
-                  plan: ConcurrencyPlan | RatePlan | SloSearchPlan | LevelSpec, *,
+                  plan: ConcurrencyPlan | RatePlan | SloSearchPlan | TracePlan | LevelSpec, *,
                   out_dir: Path | None, metrics_url: str | None, metrics_required: bool,
                   observer: SweepObserver, progress: Callable[[], LevelProgress | None],
                   existing: Existing = "refuse", gpu_metrics_urls: Sequence[str] = (),
@@ -218,7 +228,7 @@ async def measure(prepared: Prepared, workload: WorkloadSpec,
     runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
                              metrics_required=metrics_required, count_tokens=prepared.count_tokens,
                              progress=progress, seed=workload.seed, gpu_metrics_urls=gpu_metrics_urls,
-                             sessions=prepared.sessions)
+                             sessions=prepared.sessions, schedule_ns=prepared.schedule_ns)
     result = _new_result("run" if single else "sweep", spec, prepared)
     writer = ResultWriter(out_dir, result, existing=existing) if out_dir is not None else None
 

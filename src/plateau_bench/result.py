@@ -79,6 +79,7 @@ class ServerTelemetry(msgspec.Struct, frozen=True, kw_only=True):
     generation_tokens_rate: float | None = None
     cap: float | None = None
     kv_capacity_tokens: float | None = None
+    prefix_cache_hit_rate: float | None = None   # share of prompt tokens found cached, 0..1
     gpu_power_w_mean: float | None = None
     gpu_power_w_max: float | None = None
     gpu_util_pct_mean: float | None = None

@@ -37,10 +37,26 @@ def _telemetry(run: LevelRun, window: Window) -> ServerTelemetry:
         summary = summarize_telemetry(run.server_samples, window.start_ns, window.end_ns)
         values.update(summary.values)
         engine = summary.engine or engine
+    if engine == "llamacpp" and "prefix_cache_hit_rate" not in values:
+        estimate = _llamacpp_hit_rate(run, window, values.get("prompt_tokens_delta"))
+        if estimate is not None:
+            values["prefix_cache_hit_rate"] = estimate
     if run.gpu_samples:
         gpu = summarize_telemetry(run.gpu_samples, window.start_ns, window.end_ns).values
         values.update({k: v for k, v in gpu.items() if k != "samples"})
     return server_telemetry(values, engine)
+
+
+def _llamacpp_hit_rate(run: LevelRun, window: Window, evaluated: float | None) -> float | None:
+    """llama.cpp states no cache counter, but its prompt-token counter counts the prompt tokens it
+    evaluated (its prompt cache's reused tokens are not evaluated): one minus those over the prompt
+    tokens the window's requests carried is the share it reused. An estimate: requests straddling the
+    window's edges are counted by their send time."""
+    if evaluated is None:
+        return None
+    sent = sum(r.prompt_tokens for r in run.records
+               if not r.warmup and r.error is None and window.start_ns <= r.sent_ns <= window.end_ns)
+    return min(1.0, max(0.0, 1.0 - evaluated / sent)) if sent > 0 else None
 
 
 SLOW_CONNECT_MS = 1000.0   # a listen-backlog overflow costs SYN retries of 1, 3, 7 ... s

@@ -215,6 +215,9 @@ def sweep_report(result: ResultFile, out_dir: str | None) -> RenderableType:
         parts.append(_plain(slo_boundary_sentence(result.slo_boundary)))
     elif result.slo is not None:
         parts.append(_plain(f"SLO {', '.join(result.slo.bounds)}: met up to C={result.slo.max_concurrency}"))
+    cache = cache_line(result)
+    if cache is not None:
+        parts.append(_plain(cache))
     parts.extend(_plain(f"Note: {n}") for n in level_notes(levels))
     if result.stop_reason:
         parts.append(_plain(f"Stopped: {result.stop_reason}"))
@@ -223,6 +226,17 @@ def sweep_report(result: ResultFile, out_dir: str | None) -> RenderableType:
     if out_dir is not None:
         parts.append(_plain(f"results: {out_dir}"))
     return Group(*parts)
+
+
+def cache_line(result: ResultFile) -> str | None:
+    """The server's prefix-cache hit rate by level, for workloads built to share prefixes (shared
+    system prompts, multi-turn sessions, traces); None when the server stated none."""
+    w = result.spec.workload
+    if not (w.prefix_groups or w.sessions or w.trace):
+        return None
+    shown = [f"{lv.label} {lv.telemetry.prefix_cache_hit_rate:.0%}" for lv in result.levels
+             if lv.telemetry.prefix_cache_hit_rate is not None]
+    return f"Prefix cache hit rate by level (server): {', '.join(shown)}" if shown else None
 
 
 def turns_line(lv: LevelResult) -> str:
@@ -244,6 +258,9 @@ def run_report(result: ResultFile, out_dir: str | None) -> RenderableType:
         if lv.level_failed:
             parts.append(Text(f"level failed: {lv.failed}/{lv.num_requests} requests failed, mostly "
                               f"{lv.dominant_error}", style="red"))
+    cache = cache_line(result)
+    if cache is not None:
+        parts.append(_plain(cache))
     parts.extend(_plain(f"Note: {n}") for n in level_notes(result.levels))
     if result.verdict is not None and result.verdict.constraint in ("load_generator", "errors"):
         parts.append(verdict_text(result.verdict))

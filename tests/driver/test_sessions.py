@@ -170,15 +170,47 @@ def test_multi_turn_ttft_grows_with_history_without_caching_and_stays_flat_with_
     assert abs(on[4] - on[0]) < 8 and on[4] < off[4] - 40
 
 
-@pytest.mark.parametrize("argv", [["run", "--rate", "5", "--duration", "2s", "--sessions", "2"],
-                                  ["sweep", "--rate", "auto", "--sessions", "2"],
-                                  ["sweep", "--mode", "burst", "--sessions", "2"]])
-def test_sessions_refuse_an_open_loop(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+async def test_open_loop_arrivals_are_whole_conversations() -> None:
+    pool = await _pool(chat=True, sessions=20, turns=3)
+    fake = FakeTurns(delay_s=0.01)
+    sender = SessionSender(fake, pool)
+    t0 = time.monotonic_ns()
+    level = LevelSpec(mode="rate", rate=100.0, duration_s=0.2, max_concurrency=3)
+    records = await run_level(sender, [c.first_prompt() for c in pool.conversations], level, t0_ns=t0,
+                              session_open=sender.in_session)
+    by_session: dict[int, list[RequestRecord]] = {}
+    for r in sorted(records, key=lambda r: r.index):
+        by_session.setdefault(r.session, []).append(r)
+    assert len(by_session) >= 5 and all(r.worker == -1 for r in records)
+    for turns in by_session.values():
+        assert [r.turn for r in turns] == list(range(len(turns)))
+        # each turn leaves when the previous one is answered
+        assert all(b.sent_ns >= a.end_ns for a, b in itertools.pairwise(turns))
+    assert all(len(t) == 3 for t in list(by_session.values())[:3])
+    assert fake.most_sessions_in_flight <= 3   # --max-concurrency bounds conversations
+
+
+def test_open_loop_sessions_on_the_twin(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with start_sim_server(get_preset("tiny"), in_process=True, speed=4.0) as twin:
+        result = CliRunner().invoke(app, ["run", "--url", twin.url, "--endpoint", "chat", "--rate", "20",
+                                          "--duration", "1s", "--sessions", "40", "--turns", "3", "--input-len",
+                                          "50", "--output-len", "8", "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    level = load_levels(out)[0]
+    assert [t.turn for t in level.turns] == [0, 1, 2] and level.failed == 0
+    records = load_requests(out)[level.label]
+    assert {(r.turn, r.prompt_tokens) for r in records} <= {(k, 50 * (k + 1) + 8 * k) for k in range(3)}
+
+
+@pytest.mark.parametrize("argv", [["sweep", "--mode", "burst", "--sessions", "2"],
+                                  ["sweep", "--mode", "burst", "--concurrency", "1,2", "--sessions", "2"]])
+def test_sessions_refuse_a_sweep_of_bursts(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.count("\n") == 1
-    assert "open-loop session arrivals (--rate) are not supported" in err
+    assert "burst levels (num-requests = C) would send only their first turns" in err
 
 
 @pytest.mark.parametrize(("spec", "message"), [

@@ -162,7 +162,7 @@ def workload_spec(input_len: str | int, output_len: str | int, range_ratio: floa
                   prefix_len: int = 0, sessions: int = 0, turns: str = "4", think_time: str = "0",
                   session_header: str = DEFAULT_SESSION_HEADER, *, closed_loop: bool = True,
                   trace: Path | None = None, trace_requests: int | None = None) -> WorkloadSpec:
-    """The validated workload; ``closed_loop``: whether its levels are a steady closed loop (sessions need one)."""
+    """The validated workload; ``closed_loop``: false for a sweep of bursts (sessions refuse those)."""
     if dataset is not None and not os.access(dataset, os.R_OK):
         raise ConfigError(f"cannot read dataset {dataset}")
     if tokenizer is not None and not Path(tokenizer).exists():
@@ -182,8 +182,8 @@ def workload_spec(input_len: str | int, output_len: str | int, range_ratio: floa
                         trace_requests=trace_requests if trace is not None else None)
     spec.validate()
     if spec.sessions and not closed_loop:
-        raise ConfigError("--sessions sweeps a closed loop of conversations in steady mode (--concurrency); "
-                          "burst levels and open-loop session arrivals (--rate) are not supported")
+        raise ConfigError("--sessions sweeps steady closed loops or open-loop rates of conversations; burst "
+                          "levels (num-requests = C) would send only their first turns")
     return spec
 
 
@@ -238,12 +238,9 @@ def gpu_metrics_urls(urls: list[str] | None) -> list[str]:
 
 
 def session_level(level: LevelSpec, workload: WorkloadSpec) -> LevelSpec:
-    """A level for multi-turn sessions: a closed loop; a burst sends every turn of C conversations."""
+    """A level for multi-turn sessions: a burst sends every turn of C conversations."""
     if not workload.sessions:
         return level
-    if level.mode == "rate":
-        raise ConfigError("--sessions runs a closed loop of conversations (--concurrency, burst or steady); "
-                          "open-loop session arrivals (--rate) are not supported")
     if level.mode == "burst" and level.num_requests is None and level.concurrency is not None:
         from plateau_bench.workload.lengths import nominal_length
 

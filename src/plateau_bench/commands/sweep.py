@@ -82,8 +82,8 @@ def trace_plan(trace: Path, time_scale: str, concurrency: str | None, rate: str 
 
 
 def _closed_steady(mode: str, plan: ConcurrencyPlan | RatePlan | SloSearchPlan | TracePlan, find: str | None) -> bool:
-    """Whether every level is a steady closed loop (what --sessions needs)."""
-    return mode == "steady" and isinstance(plan, ConcurrencyPlan | SloSearchPlan) and find != "max-rate"
+    """Whether no level is a burst (a burst of C requests would send only the first turns of --sessions)."""
+    return mode != "burst" or isinstance(plan, RatePlan) or find == "max-rate"
 
 
 def _widest(plan: ConcurrencyPlan | RatePlan | SloSearchPlan | TracePlan) -> int:

@@ -162,7 +162,8 @@ class HttpLevelRunner:
             try:
                 await run_level(sender, self.prompts, level, t0_ns=t0, on_record=collect, stop=abort,
                                 finish=finish, seed=self.seed, progress=load_progress,
-                                offsets_ns=self._offsets(level))
+                                offsets_ns=self._offsets(level),
+                                session_open=sessions.in_session if sessions is not None else None)
             finally:
                 monitor.cancel()
                 health_samples = await health.stop()

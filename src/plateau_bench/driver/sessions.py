@@ -9,9 +9,11 @@ across levels so a new level does not replay the conversations the server has ju
 failed turn ends its conversation, since its history would be wrong.
 
 So concurrency counts sessions: C workers keep C conversations going, each either thinking or
-waiting for an answer. A turn's scheduled time is its worker's free time plus the think time, so
-the send lag (``sent_ns - scheduled_ns``) still measures the load generator alone. Records carry
-their ``session`` number and ``turn`` index for the per-turn metrics.
+waiting for an answer. In an open loop (``--rate``) each arrival is a new conversation, keyed by
+the load loop as a worker of its own, whose turns follow one another. A turn's scheduled time is
+its worker's free time plus the think time, so the send lag (``sent_ns - scheduled_ns``) still
+measures the load generator alone. Records carry their ``session`` number and ``turn`` index for
+the per-turn metrics.
 """
 
 from __future__ import annotations
@@ -95,7 +97,12 @@ class SessionSender:
             history.answers.append(answer)
             history.answer_tokens += record.output_tokens
             active.turn = turn + 1
-        return msgspec.structs.replace(record, session=active.number, turn=turn)
+        # open-loop conversations are keyed -2, -3, ...; their records carry the open loop's worker -1
+        return msgspec.structs.replace(record, session=active.number, turn=turn, worker=max(worker, -1))
+
+    def in_session(self, worker: int) -> bool:
+        """Whether the conversation ``worker`` holds has turns left."""
+        return worker in self._active
 
     def partial_record(self, index: int, *, error: ErrorClass, detail: str) -> RequestRecord | None:
         return self.client.partial_record(index, error=error, detail=detail)

@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.engine import Engine, SimRequest
+from plateau_bench.sim.level import simulate_level
 from plateau_bench.sim.prefix_cache import PrefixCache, block_hashes
 from plateau_bench.sim.step_model import StepModel
+from plateau_bench.spec import LevelSpec, WorkloadSpec
 
 BS = 16
 
@@ -190,3 +192,18 @@ def test_accounting_holds_under_sharing_and_preemption(requests: list[tuple[int,
     cache = engine._cache
     assert cache is not None and not cache.refs and engine.state().kv_blocks_used == 0
     assert len(cache.free) <= cfg.num_gpu_blocks
+
+
+def test_virtual_time_prefix_groups_hit_as_analysed_and_run_faster() -> None:
+    workload = WorkloadSpec(input_len=100, output_len=32, prefix_groups=16, prefix_len=1000, seed=3)
+    level = LevelSpec(mode="burst", concurrency=64, num_requests=1500)
+    cached = simulate_level(config(), level, workload)
+    state = cached.state
+    assert {r.prompt_tokens for r in cached.records} == {1100}
+    seen = 16 * (1 - (1 - 1 / 16) ** 1500)
+    analytic = (1500 - seen) * (1000 // BS * BS) / (1500 * 1100)
+    assert state.prefix_cache_queries == 1500 * 1100
+    assert state.prefix_cache_hits / state.prefix_cache_queries == pytest.approx(analytic, rel=0.02)
+    uncached = simulate_level(config(caching=False), level, workload)
+    assert uncached.state.prefix_cache_hits == 0
+    assert max(r.end_ns for r in cached.records) < 0.6 * max(r.end_ns for r in uncached.records)

@@ -154,6 +154,12 @@ def sim_cmd(
                                                "--length-convention says.")] = 0.0,
     length_convention: Annotated[str, typer.Option("--length-convention", help="plateau | vllm | sglang: how "
                                                    "--range-ratio spreads lengths.")] = "plateau",
+    prefix_groups: Annotated[int, typer.Option("--prefix-groups", help="Shared prefixes: G system prompts; each "
+                                               "request starts with one (needs --prefix-len).")] = 0,
+    prefix_len: Annotated[int, typer.Option("--prefix-len", help="Tokens of each shared prefix, before each "
+                                            "request's own --input-len.")] = 0,
+    no_prefix_cache: Annotated[bool, typer.Option("--no-prefix-cache", help="Turn off prefix caching (on by "
+                                                  "default, as in vLLM).", rich_help_panel=ENGINE)] = False,
     seed: Annotated[int, typer.Option("--seed", help="Same seed, same lengths.")] = 0,
     out: Annotated[Path | None, typer.Option("--out", help="Result directory.")] = None,
     overwrite: Overwrite = False,
@@ -182,13 +188,15 @@ def sim_cmd(
 
     if mode not in ("burst", "steady"):
         raise ConfigError(f"--mode must be burst or steady (got {mode!r})")
-    workload = workload_spec(input_len, output_len, range_ratio, None, seed, None,
-                             length_convention=length_convention)
+    workload = workload_spec(input_len, output_len, range_ratio, None, seed, None, length_convention, prefix_groups,
+                             prefix_len)
     derived = Derived(model=model_config, gpu=gpu, gpu_spec=gpu_spec, gpus=gpus, tp=tp, ep=ep, dtype=dtype,
                       kv_dtype=kv_dtype, interconnect=interconnect, efficiency=efficiency,
                       efficiency_from=efficiency_from).engine(preset, workload.input_len, workload.output_len)
     base, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, derived=derived,
                               replicas=replicas, balancer=balancer)
+    if no_prefix_cache:
+        config = msgspec.structs.replace(config, prefix_caching=False)
     preset = config.name if derived else preset or "tiny"
     if config.max_num_seqs == 0:
         raise ConfigError("--max-num-seqs 0 admits no request; use at least 1")

@@ -29,6 +29,7 @@ from plateau_bench.errors import ErrorClass
 from plateau_bench.records import TOKEN_SOURCE_SIM, RequestRecord
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.engine import Engine, EngineState, RequestRejected, SimRequest, StepRecord
+from plateau_bench.sim.prefix_keys import SharedPrefixKeys
 from plateau_bench.sim.probe import Probe
 from plateau_bench.sim.replicas import ReplicaSet, parse_balancer
 from plateau_bench.spec import LevelSpec, WorkloadSpec
@@ -82,6 +83,9 @@ class _Driver:
                             on_finish=self._finished))
         self.level = level
         self.lengths = _Lengths(workload, lengths)
+        # --prefix-groups: every prompt starts with one of the shared prefixes (their blocks keyed alike)
+        self.prefixes = (SharedPrefixKeys(workload.prefix_groups, workload.prefix_len, config.block_size,
+                                          workload.seed) if workload.prefix_groups else None)
         self.records: list[RequestRecord | None] = []
         self.issued = 0
         self.limit: int | None = level.total_requests()
@@ -107,10 +111,15 @@ class _Driver:
         if index is None:
             index = self.reserve()
         prompt, output = self.lengths.next()
+        keys = None
+        if self.prefixes is not None:
+            prompt += self.prefixes.prefix_len
+            keys = self.prefixes.keys(prompt, output)
         enow = self.engine.now
         now = scheduled if scheduled > enow else enow   # max(enow, scheduled), ties keep enow
         try:
-            self.engine.submit(prompt, output, arrival=now, worker=worker, payload=(index, scheduled))
+            self.engine.submit(prompt, output, arrival=now, worker=worker, payload=(index, scheduled),
+                               block_hashes=keys)
         except RequestRejected as exc:
             self._record_rejection(index, worker, scheduled, now, prompt, exc)
             return False
@@ -144,8 +153,13 @@ class _Driver:
                     prompt, output = lengths.pairs[i]
                 else:
                     prompt, output = lengths.next()
+                keys = None
+                if self.prefixes is not None:
+                    prompt += self.prefixes.prefix_len
+                    keys = self.prefixes.keys(prompt, output)
                 try:
-                    engine.submit(prompt, output, arrival=now, worker=req.worker, payload=(index, now))
+                    engine.submit(prompt, output, arrival=now, worker=req.worker, payload=(index, now),
+                                  block_hashes=keys)
                 except RequestRejected as exc:
                     self._record_rejection(index, req.worker, now, now, prompt, exc)
                     if self.level.mode != "steady":

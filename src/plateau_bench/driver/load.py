@@ -8,10 +8,11 @@
   and drain out of the measurement window.
 * **rate** (open loop): requests leave at the times of a gamma/Poisson schedule
   (``workload.arrivals``) whatever the server does, optionally bounded by ``max_concurrency``
-  (a semaphore). With multi-turn sessions each arrival is a conversation whose turns follow one
-  another (the bound then counts conversations). A request held back by the bound is sent late; the record keeps its
+  (a semaphore). A request held back by the bound is sent late; the record keeps its
   ``scheduled_ns`` so the send lag (``sent_ns - scheduled_ns``) measures the hold-up. After the
-  duration, arrivals still waiting for the semaphore are not sent (counted as ``unsent``).
+  duration, arrivals still waiting for the semaphore are not sent (counted as ``unsent``). With
+  multi-turn sessions each arrival is a conversation whose turns follow one another (the bound then
+  counts conversations); a trace gives the schedule itself (``offsets_ns``).
 
 ``scheduled_ns`` elsewhere: the first request of each closed-loop worker is scheduled at the start
 of the measured phase (a burst is "all at once"), later ones when their worker became free, so the

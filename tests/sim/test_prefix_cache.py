@@ -13,6 +13,7 @@ from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.engine import Engine, SimRequest
 from plateau_bench.sim.level import simulate_level
 from plateau_bench.sim.prefix_cache import PrefixCache, block_hashes
+from plateau_bench.sim.replicas import ReplicaSet
 from plateau_bench.sim.step_model import StepModel
 from plateau_bench.spec import LevelSpec, WorkloadSpec
 
@@ -207,3 +208,16 @@ def test_virtual_time_prefix_groups_hit_as_analysed_and_run_faster() -> None:
     uncached = simulate_level(config(caching=False), level, workload)
     assert uncached.state.prefix_cache_hits == 0
     assert max(r.end_ns for r in cached.records) < 0.6 * max(r.end_ns for r in uncached.records)
+
+
+def test_each_replica_caches_what_was_sent_to_it() -> None:
+    replicas = ReplicaSet(config(), 2, "round_robin")
+    tokens = Tokens()
+    for _ in range(8):
+        ids = prefix_ids(0, 320) + tokens.fresh(16)
+        req = replicas.submit(len(ids), 4)
+        replicas.set_block_hashes(req, block_hashes(ids + tokens.fresh(4), BS))
+    replicas.run()
+    state = replicas.state()
+    # round robin: each replica's first request of the prefix misses, its other three hit all 20 blocks
+    assert state.prefix_cache_queries == 8 * 336 and state.prefix_cache_hits == 6 * 320

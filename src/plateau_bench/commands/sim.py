@@ -16,7 +16,7 @@ from plateau_bench.errors import ConfigError
 from plateau_bench.report.terminal import seed_line
 from plateau_bench.result import EngineSummary, LevelResult, RunSpec, SimSpec
 from plateau_bench.sim.replicas import parse_balancer
-from plateau_bench.spec import LevelSpec, parse_duration, parse_int_list
+from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration, parse_float_list, parse_int_list
 
 ENGINE = "Engine overrides"
 
@@ -136,6 +136,19 @@ def presets_cmd(
         console.print("Where the numbers come from: plateau presets --details")
 
 
+def trace_levels(workload: WorkloadSpec, time_scale: str) -> list[LevelSpec]:
+    """``--trace``: one open-loop level per time scale, each replaying the whole trace."""
+    from plateau_bench.workload.trace import load_trace
+
+    assert workload.trace is not None
+    loaded = load_trace(workload.trace, limit=workload.trace_requests)
+    levels = [LevelSpec(mode="rate", rate=loaded.rate(s), num_requests=len(loaded.rows), time_scale=s)
+              for s in parse_float_list(time_scale, "--time-scale")]
+    for level in levels:
+        level.validate()
+    return levels
+
+
 def sim_cmd(
     preset: Preset = None,
     mode: Annotated[str, typer.Option("--mode", help="burst | steady", rich_help_panel=LOAD)] = "burst",
@@ -154,6 +167,11 @@ def sim_cmd(
                                                "--length-convention says.")] = 0.0,
     length_convention: Annotated[str, typer.Option("--length-convention", help="plateau | vllm | sglang: how "
                                                    "--range-ratio spreads lengths.")] = "plateau",
+    trace: Annotated[Path | None, typer.Option("--trace", help="Replay a trace (Azure CSV, Mooncake JSONL, plain "
+                                               "JSONL/CSV) at its times and lengths; --concurrency is ignored.")
+                     ] = None,
+    time_scale: Annotated[str, typer.Option("--time-scale", help="--trace: the time scales to replay it at "
+                                            "(comma list; 2 = twice as fast).")] = "1",
     prefix_groups: Annotated[int, typer.Option("--prefix-groups", help="Shared prefixes: G system prompts; each "
                                                "request starts with one (needs --prefix-len).")] = 0,
     prefix_len: Annotated[int, typer.Option("--prefix-len", help="Tokens of each shared prefix, before each "
@@ -189,7 +207,7 @@ def sim_cmd(
     if mode not in ("burst", "steady"):
         raise ConfigError(f"--mode must be burst or steady (got {mode!r})")
     workload = workload_spec(input_len, output_len, range_ratio, None, seed, None, length_convention, prefix_groups,
-                             prefix_len)
+                             prefix_len, trace=trace, trace_requests=num_requests)
     derived = Derived(model=model_config, gpu=gpu, gpu_spec=gpu_spec, gpus=gpus, tp=tp, ep=ep, dtype=dtype,
                       kv_dtype=kv_dtype, interconnect=interconnect, efficiency=efficiency,
                       efficiency_from=efficiency_from).engine(preset, workload.input_len, workload.output_len)
@@ -207,8 +225,9 @@ def sim_cmd(
     spec = RunSpec(workload=workload, sim=SimSpec(
         preset=preset, mode=mode, overrides=overrides, engine=engine, concurrency=levels_c,
         num_requests=num_requests, duration_s=duration_s))
-    levels = [LevelSpec(mode=mode, concurrency=c, num_requests=num_requests,  # type: ignore[arg-type]
-                        duration_s=duration_s) for c in levels_c]
+    levels = (trace_levels(workload, time_scale) if trace is not None else
+              [LevelSpec(mode=mode, concurrency=c, num_requests=num_requests,  # type: ignore[arg-type]
+                         duration_s=duration_s) for c in levels_c])
     label = (f"simulated engine: {derived[1]}" if derived else f"simulated engine: preset {preset}") + (
         f" with {overrides}" if overrides else "")
     typer.echo(f"{label} (virtual time)")

@@ -76,7 +76,9 @@ class _Lengths:
 
 class _Driver:
     def __init__(self, config: EngineConfig, level: LevelSpec, workload: WorkloadSpec, *, chunks: bool,
-                 trace: bool, lengths: Sequence[tuple[int, int]] | None, probe: Probe | None = None) -> None:
+                 trace: bool, lengths: Sequence[tuple[int, int]] | None, probe: Probe | None = None,
+                 offsets_ns: Sequence[int] | None = None, block_keys: Sequence[list[int] | None] | None = None
+                 ) -> None:
         self.engine: Engine | ReplicaSet = (
             Engine(config, chunks=chunks, trace=trace, on_finish=self._finished, probe=probe) if config.replicas == 1
             else ReplicaSet(config, config.replicas, parse_balancer(config.balancer), chunks=chunks,
@@ -86,6 +88,8 @@ class _Driver:
         # --prefix-groups: every prompt starts with one of the shared prefixes (their blocks keyed alike)
         self.prefixes = (SharedPrefixKeys(workload.prefix_groups, workload.prefix_len, config.block_size,
                                           workload.seed) if workload.prefix_groups else None)
+        self.offsets_ns = offsets_ns     # a trace's arrival times, instead of the gamma schedule ...
+        self.block_keys = block_keys     # ... and its requests' block keys, by request index
         self.records: list[RequestRecord | None] = []
         self.issued = 0
         self.limit: int | None = level.total_requests()
@@ -111,7 +115,7 @@ class _Driver:
         if index is None:
             index = self.reserve()
         prompt, output = self.lengths.next()
-        keys = None
+        keys = self.block_keys[index] if self.block_keys is not None else None
         if self.prefixes is not None:
             prompt += self.prefixes.prefix_len
             keys = self.prefixes.keys(prompt, output)
@@ -221,7 +225,8 @@ class _Driver:
         assert level.rate is not None
         if level.duration_s is not None:
             self.stop_at = level.duration_s
-        offsets = iter_arrival_offsets_ns(level.rate, burstiness=level.burstiness, seed=self.lengths.seed)
+        offsets = (iter(self.offsets_ns) if self.offsets_ns is not None
+                   else iter_arrival_offsets_ns(level.rate, burstiness=level.burstiness, seed=self.lengths.seed))
         max_c = level.max_concurrency
         for offset in offsets:
             t = offset / NS
@@ -246,6 +251,8 @@ def simulate_level(
     trace: bool = False,
     lengths: Sequence[tuple[int, int]] | None = None,
     probe: Probe | None = None,
+    offsets_ns: Sequence[int] | None = None,
+    block_keys: Sequence[list[int] | None] | None = None,
 ) -> SimResult:
     """Run one level through a fresh engine; records are in send order.
 
@@ -254,6 +261,8 @@ def simulate_level(
             are drawn from ``workload`` (``input_len``/``output_len``/``range_ratio``/``seed``).
         probe: records what limited the engine step by step (``sim.probe``); the records are the
             same with or without it.
+        offsets_ns: a rate level's arrival times (a trace), request ``i`` at offset ``i``.
+        block_keys: request ``i``'s block keys for prefix caching (``sim.trace_keys``), or None.
     """
     level.validate()
     workload.validate()
@@ -265,7 +274,8 @@ def simulate_level(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        driver = _Driver(config, level, workload, chunks=chunks, trace=trace, lengths=lengths, probe=probe)
+        driver = _Driver(config, level, workload, chunks=chunks, trace=trace, lengths=lengths, probe=probe,
+                         offsets_ns=offsets_ns, block_keys=block_keys)
         if probe is not None and isinstance(driver.engine, Engine):
             probe.snapshot(driver.engine)
         driver.run()

@@ -177,6 +177,8 @@ BLOCKS = {
               rel=0.01, abs=0.01, slow=True, excerpt_from="Verdict:"),
         Block("calibrate-predict", "calibrate the twin at one cap, predict another, run the twin there (virtual time)",
               rel=0.01, abs=0.01, slow=True),
+        Block("sim-prefix", "shared system prompts with and without the twin's prefix cache (virtual time)",
+              rel=0.01, abs=0.01),
         Block("fidelity", "the twin against the reference runs, with the bands tests/sim/test_fidelity.py asserts",
               rel=0.01, abs=0.01, figure=_fidelity_table),
         Block("llamacpp-sweep", "adaptive sweeps of a real llama-server (--parallel 4), with and without /metrics",

@@ -53,6 +53,8 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     connect_ns: int | None = None
     retry_after_s: float | None = None   # the server's Retry-After (seconds) on a refused request
     process: int | None = None           # the load process that sent it (--workers, --ray); None: the only one
+    session: int = -1                    # multi-turn: which conversation (-1: a single-turn request)
+    turn: int = -1                       # and which of its turns, from 0
 
     @property
     def ok(self) -> bool:

@@ -117,6 +117,7 @@ class ServerTelemetry(msgspec.Struct, frozen=True, kw_only=True):
     generation_tokens_rate: float | None = None
     cap: float | None = None
     kv_capacity_tokens: float | None = None
+    prefix_cache_hit_rate: float | None = None   # share of prompt tokens found cached, 0..1
     gpu_power_w_mean: float | None = None
     gpu_power_w_max: float | None = None
     gpu_util_pct_mean: float | None = None
@@ -154,6 +155,20 @@ class SimLevelInfo(msgspec.Struct, frozen=True, kw_only=True):
 
     preemptions: int = 0
     virtual_end_s: float = 0.0
+
+
+class TurnMetrics(msgspec.Struct, frozen=True, kw_only=True):
+    """One turn index of multi-turn sessions over a level (turn 0: each conversation's first message).
+
+    Over the level's successful requests of that turn (warm-up excluded), measurement window or not:
+    a turn's figures show how latency grows with the history it carries.
+    """
+
+    turn: int
+    requests: int = 0
+    prompt_tokens_mean: float = 0.0
+    ttft_ms: Latency = msgspec.field(default_factory=Latency)
+    e2e_ms: Latency = msgspec.field(default_factory=Latency)
 
 
 class LevelResult(msgspec.Struct, kw_only=True):
@@ -212,6 +227,7 @@ class LevelResult(msgspec.Struct, kw_only=True):
     benchmark_s: float | None = None         # seconds of load spent (virtual time for the twin)
     sim: SimLevelInfo | None = None
     worker_clocks: list[WorkerClock] = msgspec.field(default_factory=list)   # --ray: each worker's clock offset
+    turns: list[TurnMetrics] = msgspec.field(default_factory=list)   # per turn index, with --sessions
 
 
 class Plateau(msgspec.Struct, frozen=True):
@@ -337,6 +353,8 @@ class SweepSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_error_rate: float = 0.2
     find: str | None = None                   # max-concurrency | max-rate: the SLO boundary search
     resolution: float | None = None
+    trace: bool = False                       # a trace replayed at time scales (--trace) ...
+    time_scales: list[float] | None = None    # ... these, or None: 1, 2, 4, ... until it stops keeping up
 
 
 class TargetPublic(msgspec.Struct, frozen=True, kw_only=True):

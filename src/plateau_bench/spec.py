@@ -15,6 +15,7 @@ Cookie, Set-Cookie...), or when the user named it in ``secret_headers`` (``--sec
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal
 
 import msgspec
@@ -30,21 +31,151 @@ REDACTED = "***"
 _SECRET_NAME_PARTS = ("auth", "key", "token", "secret", "cookie", "passw", "session")
 
 
+DEFAULT_SESSION_HEADER = "X-Session-ID"
+_HEADER_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP token (RFC 9110)
+
+LengthKind = Literal["fixed", "uniform", "normal", "lognormal", "file"]
+LengthConvention = Literal["plateau", "sglang", "vllm"]
+LENGTH_CONVENTIONS: tuple[str, ...] = ("plateau", "sglang", "vllm")
+_LENGTH_PARAMS = {"uniform": ("lo", "hi"), "normal": ("mean", "sd"), "lognormal": ("mean", "sd")}
+
+
+class LengthSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A distribution of token lengths, as written on the command line (``text``).
+
+    ``N`` (fixed), ``uniform:lo,hi`` (integers, both ends included), ``normal:mean,sd`` and
+    ``lognormal:mean,sd`` (the mean and standard deviation of the lengths themselves; draws are
+    rounded and kept >= 1), ``file:PATH`` (an empirical distribution: draws with replacement from
+    the positive integers in the file).
+    """
+
+    text: str
+    kind: LengthKind
+    a: float = 0.0            # fixed: N; uniform: lo; normal, lognormal: mean
+    b: float = 0.0            # uniform: hi; normal, lognormal: sd
+    path: str | None = None   # file
+
+
+def parse_length(text: str, flag: str) -> LengthSpec:
+    """``'128'``, ``'uniform:64,256'``, ``'normal:512,128'``, ``'lognormal:512,256'``, ``'file:lens.txt'``.
+
+    Raises ConfigError naming ``flag``.
+    """
+    t = text.strip()
+    kind, sep, rest = t.partition(":")
+    if not sep:
+        try:
+            n = int(t)
+        except ValueError:
+            raise ConfigError(f"{flag}: cannot read {text!r} (examples: 128, uniform:64,256, normal:512,128, "
+                              "lognormal:512,256, file:lengths.txt)") from None
+        if n < 1:
+            raise ConfigError(f"{flag} must be >= 1 (got {n})")
+        return LengthSpec(text=t, kind="fixed", a=float(n))
+    kind = kind.strip().lower()
+    if kind == "file":
+        if not rest.strip():
+            raise ConfigError(f"{flag} file: needs a path (file:lengths.txt)")
+        return LengthSpec(text=t, kind="file", path=rest.strip())
+    names = _LENGTH_PARAMS.get(kind)
+    if names is None:
+        raise ConfigError(f"{flag}: unknown distribution {kind!r} (use N, uniform:lo,hi, normal:mean,sd, "
+                          "lognormal:mean,sd or file:PATH)")
+    parts = [p.strip() for p in rest.split(",")]
+    if len(parts) != 2:
+        raise ConfigError(f"{flag} {kind}: needs two numbers, {kind}:{names[0]},{names[1]} (got {text!r})")
+    try:
+        a, b = (float(p) for p in parts)
+    except ValueError:
+        raise ConfigError(f"{flag} {kind}: {names[0]} and {names[1]} must be numbers (got {text!r})") from None
+    if not (math.isfinite(a) and math.isfinite(b)):
+        raise ConfigError(f"{flag} {kind}: {names[0]} and {names[1]} must be finite (got {text!r})")
+    if kind == "uniform":
+        if a != int(a) or b != int(b) or a < 1 or b < a:
+            raise ConfigError(f"{flag} uniform: needs integers 1 <= lo <= hi (got {text!r})")
+    elif a < 1 or b < 0:
+        raise ConfigError(f"{flag} {kind}: needs mean >= 1 and sd >= 0 (got {text!r})")
+    return LengthSpec(text=t, kind=kind, a=a, b=b)  # type: ignore[arg-type]
+
+
 class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What each request carries.
+
+    ``input_len``/``output_len`` are the nominal lengths (a distribution's mean); when
+    ``input_dist``/``output_dist`` are given, lengths are drawn from them instead. ``range_ratio``
+    spreads fixed lengths the way ``length_convention`` says (see ``workload.lengths``).
+    """
+
     input_len: int = 128
     output_len: int = 128
-    range_ratio: float = 0.0      # lengths drawn uniformly in [len*(1-r), len*(1+r)]
+    range_ratio: float = 0.0      # lengths spread around input_len/output_len (see length_convention)
     dataset: str | None = None    # JSONL of prompts, or ShareGPT JSON
     seed: int = 0
     tokenizer: str | None = None  # local HF tokenizer dir or tokenizer.json
+    input_dist: LengthSpec | None = None
+    output_dist: LengthSpec | None = None
+    length_convention: LengthConvention = "plateau"
+    prefix_groups: int = 0        # shared prefixes: G system prompts (0: none) ...
+    prefix_len: int = 0           # ... of P tokens each, before each request's own input_len tokens
+    sessions: int = 0             # multi-turn: this many conversations (0: single-turn requests) ...
+    turns: LengthSpec | None = None   # ... of this many turns each (None: 1) ...
+    think_time_s: float = 0.0     # ... with this pause between an answer and the next turn
+    session_header: str = DEFAULT_SESSION_HEADER   # the header carrying each conversation's id
+    trace: str | None = None      # replay this trace's requests at their times (workload.trace) ...
+    trace_requests: int | None = None   # ... its first this many (None: all)
 
     def validate(self) -> None:
         if self.input_len < 1:
             raise ConfigError(f"--input-len must be >= 1 (got {self.input_len})")
         if self.output_len < 1:
             raise ConfigError(f"--output-len must be >= 1 (got {self.output_len})")
-        if not 0.0 <= self.range_ratio < 1.0:
-            raise ConfigError(f"--range-ratio must be in [0, 1) (got {self.range_ratio})")
+        if self.length_convention not in LENGTH_CONVENTIONS:
+            raise ConfigError(f"--length-convention must be one of {', '.join(LENGTH_CONVENTIONS)} "
+                              f"(got {self.length_convention!r})")
+        # SGLang's --random-range-ratio 1 means fixed lengths; vLLM's (and ours) must stay below 1.
+        sglang = self.length_convention == "sglang"
+        if not (0.0 <= self.range_ratio < 1.0 or (sglang and self.range_ratio == 1.0)):
+            bound = "[0, 1]" if sglang else "[0, 1)"
+            raise ConfigError(f"--range-ratio must be in {bound} (got {self.range_ratio})")
+        self._validate_prefixes()
+        self._validate_sessions()
+        self._validate_trace()
+        if self.range_ratio and (self.input_dist is not None or self.output_dist is not None):
+            raise ConfigError("--range-ratio spreads fixed lengths: give it with plain --input-len/--output-len "
+                              "numbers, not with a distribution")
+
+
+    def _validate_trace(self) -> None:
+        if self.trace is None:
+            return
+        if self.trace_requests is not None and self.trace_requests < 1:
+            raise ConfigError(f"--num-requests must be > 0 (got {self.trace_requests})")
+        for given, flag in ((self.dataset, "--dataset"), (self.sessions, "--sessions"),
+                            (self.prefix_groups, "--prefix-groups")):
+            if given:
+                raise ConfigError(f"--trace brings its own requests; it cannot be combined with {flag}")
+
+    def _validate_sessions(self) -> None:
+        if self.sessions < 0:
+            raise ConfigError(f"--sessions must be >= 1 (got {self.sessions})")
+        if not (math.isfinite(self.think_time_s) and self.think_time_s >= 0):
+            raise ConfigError(f"--think-time must be >= 0 and finite (got {self.think_time_s})")
+        if self.sessions and self.dataset is not None:
+            raise ConfigError("--sessions builds synthetic conversations; it cannot be combined with --dataset")
+        if not _HEADER_TOKEN.match(self.session_header):
+            raise ConfigError(f"--session-header must be an HTTP header name (got {self.session_header!r})")
+        if self.turns is not None and self.turns.kind in ("normal", "lognormal") and self.turns.a < 1:
+            raise ConfigError("--turns: the mean must be at least 1")
+
+    def _validate_prefixes(self) -> None:
+        if self.prefix_groups < 0:
+            raise ConfigError(f"--prefix-groups must be >= 1 (got {self.prefix_groups})")
+        if self.prefix_len < 0:
+            raise ConfigError(f"--prefix-len must be >= 1 (got {self.prefix_len})")
+        if bool(self.prefix_groups) != bool(self.prefix_len):
+            raise ConfigError("--prefix-groups and --prefix-len go together: G shared prefixes of P tokens")
+        if self.prefix_groups and self.dataset is not None:
+            raise ConfigError("--prefix-groups builds synthetic prompts; it cannot be combined with --dataset")
 
 
 class LevelSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,9 +194,12 @@ class LevelSpec(msgspec.Struct, frozen=True, kw_only=True):
     burstiness: float = 1.0
     max_concurrency: int | None = None
     warmup: int = 0
+    time_scale: float | None = None   # a trace replayed this many times faster (a rate level)
 
     @property
     def label(self) -> str:
+        if self.time_scale is not None:
+            return f"trace x{self.time_scale:g}"
         if self.mode == "rate":
             return f"rate={self.rate:g}"
         return f"C={self.concurrency}"
@@ -92,6 +226,8 @@ class LevelSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"--burstiness must be > 0 and finite (got {self.burstiness})")
         if self.warmup < 0:
             raise ConfigError(f"--warmup must be >= 0 (got {self.warmup})")
+        if self.time_scale is not None and (self.mode != "rate" or not _positive(self.time_scale)):
+            raise ConfigError(f"--time-scale must be > 0 and finite, on a trace's open loop (got {self.time_scale})")
         if self.mode != "burst" and self.num_requests is None and self.duration_s is None:
             raise ConfigError("a steady or rate level needs --duration or --num-requests")
 

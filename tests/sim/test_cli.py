@@ -34,6 +34,20 @@ def test_sim_writes_labelled_results(tmp_path: Path) -> None:
     assert levels[1].decoding_concurrency < 48.5
 
 
+def test_sim_draws_lengths_from_the_given_distributions(tmp_path: Path) -> None:
+    out = tmp_path / "sim"
+    result = CliRunner().invoke(app, ["sim", "--concurrency", "200", "--input-len", "uniform:10,20",
+                                      "--output-len", "normal:30,4", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    records = load_requests(out)["C=200"]
+    prompts = {r.prompt_tokens for r in records}
+    assert min(prompts) == 10 and max(prompts) == 20
+    outputs = [r.output_tokens for r in records]
+    assert 28 < sum(outputs) / len(outputs) < 32 and len(set(outputs)) > 5
+    spec = load_summary(out)["spec"]["workload"]
+    assert spec["input_dist"]["text"] == "uniform:10,20" and spec["input_len"] == 15
+
+
 def test_steady_sim_runs_for_the_virtual_duration() -> None:
     result = CliRunner().invoke(app, ["sim", "--mode", "steady", "--concurrency", "8", "--duration", "5s"])
     assert result.exit_code == 0, result.output
@@ -48,6 +62,9 @@ def test_steady_sim_runs_for_the_virtual_duration() -> None:
     (["sim", "--max-num-batched-tokens", "8", "--max-num-seqs", "16"], "--max-num-batched-tokens"),
     (["serve-sim", "--speed", "0"], "--speed must be > 0"),
     (["serve-sim", "--backlog", "0"], "--backlog must be between 1 and"),
+    (["sim", "--input-len", "gamma:1,2"], "--input-len: unknown distribution 'gamma'"),
+    (["sim", "--output-len", "uniform:8"], "--output-len uniform: needs two numbers"),
+    (["sim", "--length-convention", "tgi"], "--length-convention must be one of plateau, sglang, vllm"),
 ])
 def test_bad_input_is_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:

@@ -165,3 +165,23 @@ def test_corrected_counter_never_decreases(values: list[float]) -> None:
     assert all(b[1] >= a[1] for a, b in itertools.pairwise(corrected))
     counted = counter_delta([(i * S, v) for i, v in enumerate(values)], 0, (len(values) - 1) * S)
     assert counted is not None and counted[0] >= 0
+
+
+def test_prefix_cache_hit_rate_from_vllm_counters() -> None:
+    samples = [_sample(0, {}, {"prefix_cache_queries": 1000, "prefix_cache_hits": 100}),
+               _sample(2, {}, {"prefix_cache_queries": 3000, "prefix_cache_hits": 1600})]
+    values = summarize(samples, 0, 2 * S).values
+    # cached tokens over looked-up tokens in the window: (1600 - 100) / (3000 - 1000)
+    assert values["prefix_cache_hit_rate"] == 0.75
+
+
+def test_prefix_cache_hit_rate_from_sglangs_gauge() -> None:
+    samples = [TelemetrySample(t_ns=0, engine="sglang", raw={"cache_hit_rate": 0.2}),
+               TelemetrySample(t_ns=S, engine="sglang", raw={"cache_hit_rate": 0.6}),
+               TelemetrySample(t_ns=2 * S, engine="sglang", raw={"cache_hit_rate": 0.6})]
+    assert summarize(samples, 0, 2 * S).values["prefix_cache_hit_rate"] == 0.4   # time-weighted
+
+
+def test_no_cache_metrics_no_hit_rate() -> None:
+    samples = [_sample(0, {"running": 1}), _sample(1, {"running": 2})]
+    assert "prefix_cache_hit_rate" not in summarize(samples, 0, S).values

@@ -44,7 +44,7 @@ from plateau_bench.analysis.diagnosis_common import (
     mean_lengths,
 )
 from plateau_bench.analysis.diagnosis_compute import PREFILL_BOUND, compute_verdict, prefill_estimate, prefill_verdict
-from plateau_bench.analysis.diagnosis_kv import KvSign, kv_needed, kv_signature
+from plateau_bench.analysis.diagnosis_kv import KvSign, history_evidence, kv_needed, kv_signature
 from plateau_bench.analysis.diagnosis_table import summaries_only, summary_verdict
 from plateau_bench.analysis.gpu import gpu_evidence
 from plateau_bench.analysis.open_loop import open_loop_verdict
@@ -111,6 +111,9 @@ def _kv_verdict(s: Sweep, kv: KvSign, sign: CapSign | None, confidence: Confiden
                 suggestions=[f"give the KV cache more memory: {flag(s.engine, 'kv')}" if flag(s.engine, "kv")
                              else GENERIC_KV, "shorter outputs or a smaller max model length free blocks"])
     v.what_if.append(kv_needed(s, 2 * sign.cap if sign else None))
+    history, tips = history_evidence(s)
+    v.evidence.extend(history)
+    v.suggestions[:0] = tips
     if sign is not None:
         v.secondary, v.estimated_cap = "admission_cap", sign.cap
         v.secondary_evidence = sign.evidence(s)

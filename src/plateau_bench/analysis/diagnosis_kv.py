@@ -2,9 +2,10 @@
 
 Server (/metrics): the cache is full on the plateau (time-average usage >= 85 % with a peak >= 95 %), it
 preempts (>= 1 request in 20), or its free part (with the size the server states) cannot hold one more
-prompt while requests wait. It *dominates* (is the primary limit even when the running count also
-touches a cap) when it is full nearly all the time (>= 95 %), when it preempts at >= 90 %, or when it
-cannot hold the next prompt.
+prompt while requests wait; with multi-turn sessions, a peak >= 95 % with preemptions and a queue (the
+time-average sits lower, as each conversation's context grows and starts small again). It *dominates*
+(is the primary limit even when the running count also touches a cap) when it is full nearly all the
+time (>= 95 %), when it preempts at >= 90 %, or when it cannot hold the next prompt.
 
 Client alone (each sign is also produced by something else, so they are weighed together):
 
@@ -35,11 +36,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plateau_bench.analysis.diagnosis_common import Sweep, conc, mean_lengths, stall_ratio
+from plateau_bench.analysis.diagnosis_common import Sweep, at, conc, mean_lengths, stall_ratio
 from plateau_bench.result import LevelResult
 
 KV_FULL_MEAN = 0.85
 KV_FULL_PEAK = 0.95
+LOW_HIT_RATE = 0.2   # multi-turn history found cached less often than this: the cache is off or too small
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,11 @@ def kv_signature(s: Sweep) -> KvSign:
     blocked = bool(capacity and kv_mean is not None and (1.0 - kv_mean) * capacity < prompt
                    and (top[-1].telemetry.waiting_mean or 0.0) > 0)
     full = blocked or per_request >= 0.05 or ((kv_max or 0.0) >= KV_FULL_PEAK and (kv_mean or 0.0) >= KV_FULL_MEAN)
+    # Multi-turn: a conversation's context grows turn by turn and starts small again with the next one, so
+    # the cache's time-average sits lower than under uniform requests even when admission waits on it; a
+    # full peak, preemptions and a queue are the sign then.
+    full = full or bool(top[-1].turns and (kv_max or 0.0) >= KV_FULL_PEAK and preemptions > 0
+                        and (top[-1].telemetry.waiting_mean or 0.0) > 0)
     return KvSign(bool(means or maxes or pre), full, kv_mean, kv_max, preemptions, per_request, blocked,
                   client_signs(s))
 
@@ -191,3 +198,39 @@ def kv_needed(s: Sweep, target: int | None) -> str:
     have = stated or running * context
     return (f"{holds}; {target} running requests of up to {prompt + output:.0f} tokens need up to ~{need:,.0f} tokens "
             f"(~{need / have:.1f}x)")
+
+
+def history_evidence(s: Sweep) -> tuple[list[str], list[str]]:
+    """Multi-turn sessions on the plateau: (evidence, suggestions) about KV that grows with each turn.
+
+    Turn k carries the history of the turns before it, so a running conversation holds more of the
+    cache with every turn: a known way to fill it. The prefix cache's hit rate (when the server states
+    one) says whether the history is reused or computed again.
+    """
+    last = s.top[-1]
+    evidence: list[str] = []
+    tips: list[str] = []
+    if len(last.turns) >= 2:
+        opening, final = last.turns[0], last.turns[-1]
+        evidence.append(f"multi-turn sessions: the prompt grows with the history, ~{opening.prompt_tokens_mean:,.0f} "
+                        f"tokens at turn 1 to ~{final.prompt_tokens_mean:,.0f} at turn {final.turn + 1}: every running "
+                        "conversation holds more of the cache as it goes on")
+        tips.append("fewer conversations at once, or shorter histories (drop or summarise old turns): a session's "
+                    "KV grows with every turn")
+    rates = [lv.telemetry.prefix_cache_hit_rate for lv in s.top if lv.telemetry.prefix_cache_hit_rate is not None]
+    if not rates:
+        return evidence, tips
+    rate = sum(rates) / len(rates)
+    lowest = next((lv for lv in s.levels if lv.telemetry.prefix_cache_hit_rate is not None), None)
+    low_load = lowest.telemetry.prefix_cache_hit_rate if lowest is not None else None
+    if low_load is not None and lowest is not None and low_load >= 2 * max(rate, LOW_HIT_RATE / 2):
+        evidence.append(f"server: the prefix cache found {low_load:.0%} of the prompt tokens cached at {at(lowest)} "
+                        f"but {rate:.0%} on the plateau levels: conversations evict each other's history")
+        if last.turns:
+            tips.append("a larger KV cache keeps the histories cached: each turn then computes only its new message")
+    else:
+        evidence.append(f"server: prefix cache hit rate {rate:.0%} on the plateau levels")
+        if last.turns and rate < LOW_HIT_RATE:
+            tips.append("turn prefix caching on (vLLM --enable-prefix-caching, SGLang's radix cache): each turn then "
+                        "computes only its new message")
+    return evidence, tips

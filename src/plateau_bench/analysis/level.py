@@ -15,6 +15,7 @@ import msgspec
 from plateau_bench.analysis.gpu import gpu_metrics
 from plateau_bench.analysis.health import summarize_health, with_requests
 from plateau_bench.analysis.metrics import Window, compute_level, full_window, steady_window
+from plateau_bench.analysis.turns import turn_metrics
 from plateau_bench.level_run import LevelRun
 from plateau_bench.result import LevelResult, ServerTelemetry, SimLevelInfo
 from plateau_bench.telemetry.summary import summarize as summarize_telemetry
@@ -36,10 +37,26 @@ def _telemetry(run: LevelRun, window: Window) -> ServerTelemetry:
         summary = summarize_telemetry(run.server_samples, window.start_ns, window.end_ns)
         values.update(summary.values)
         engine = summary.engine or engine
+    if engine == "llamacpp" and "prefix_cache_hit_rate" not in values:
+        estimate = _llamacpp_hit_rate(run, window, values.get("prompt_tokens_delta"))
+        if estimate is not None:
+            values["prefix_cache_hit_rate"] = estimate
     if run.gpu_samples:
         gpu = summarize_telemetry(run.gpu_samples, window.start_ns, window.end_ns).values
         values.update({k: v for k, v in gpu.items() if k != "samples"})
     return server_telemetry(values, engine)
+
+
+def _llamacpp_hit_rate(run: LevelRun, window: Window, evaluated: float | None) -> float | None:
+    """llama.cpp states no cache counter, but its prompt-token counter counts the prompt tokens it
+    evaluated (its prompt cache's reused tokens are not evaluated): one minus those over the prompt
+    tokens the window's requests carried is the share it reused. An estimate: requests straddling the
+    window's edges are counted by their send time."""
+    if evaluated is None:
+        return None
+    sent = sum(r.prompt_tokens for r in run.records
+               if not r.warmup and r.error is None and window.start_ns <= r.sent_ns <= window.end_ns)
+    return min(1.0, max(0.0, 1.0 - evaluated / sent)) if sent > 0 else None
 
 
 SLOW_CONNECT_MS = 1000.0   # a listen-backlog overflow costs SYN retries of 1, 3, 7 ... s
@@ -85,6 +102,7 @@ def build_level(run: LevelRun) -> LevelResult:
         gpu_metrics=gpu_metrics(run.dcgm_samples, window.start_ns, window.end_ns) if run.dcgm_samples else None,
         sim=sim,
         worker_clocks=list(run.worker_clocks),
+        turns=turn_metrics(run.records),
     )
     result.notes = _notes(run, result)
     if run.target_gone or run.lost_workers:

@@ -16,7 +16,7 @@ from plateau_bench.analysis.roofline_place import place_on_roofline
 from plateau_bench.commands import roofline_opts as r
 from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ResultsError
-from plateau_bench.report.terminal import level_table, summary_sentence, verdict_text
+from plateau_bench.report.terminal import cache_line, level_table, summary_sentence, verdict_text
 from plateau_bench.result import Knee, Plateau, ResultFile, SearchSettings, Verdict
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.store import load_result
@@ -80,6 +80,9 @@ def diagnose_cmd(
     console = wide_console()
     console.print(level_table(levels, title=f"{run_dir}"))
     console.print(summary_sentence(levels, plateau, knee), highlight=False)
+    cache = cache_line(result)
+    if cache is not None:
+        console.print(cache, highlight=False)
     console.print(verdict_text(verdict))
 
 

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
+import msgspec
 import typer
 from rich.console import Console
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.spec import TargetSpec, WorkloadSpec, parse_duration, redact_url, split_userinfo
+from plateau_bench.spec import (
+    DEFAULT_SESSION_HEADER,
+    LengthSpec,
+    LevelSpec,
+    TargetSpec,
+    WorkloadSpec,
+    parse_duration,
+    parse_length,
+    redact_url,
+    split_userinfo,
+)
 
 TARGET = "Target"
 WORKLOAD = "Workload"
@@ -42,11 +54,36 @@ MetricsUrl = Annotated[str | None, typer.Option("--metrics-url", help="Prometheu
                                                 "the target's).", rich_help_panel=TARGET)]
 NoMetrics = Annotated[bool, typer.Option("--no-metrics", help="Do not scrape /metrics (client-only "
                                          "diagnosis).", rich_help_panel=TARGET)]
-InputLen = Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.", rich_help_panel=WORKLOAD)]
-OutputLen = Annotated[int, typer.Option("--output-len", help="Output tokens per request (max_tokens, "
-                                        "ignore_eos).", rich_help_panel=WORKLOAD)]
-RangeRatio = Annotated[float, typer.Option("--range-ratio", help="Spread lengths uniformly in "
-                                           "len*(1±r).", rich_help_panel=WORKLOAD)]
+_DISTS = "N, uniform:lo,hi, normal:mean,sd, lognormal:mean,sd or file:PATH"
+InputLen = Annotated[str, typer.Option("--input-len", help=f"Prompt tokens per request: {_DISTS}.",
+                                       rich_help_panel=WORKLOAD)]
+OutputLen = Annotated[str, typer.Option("--output-len", help="Output tokens per request (max_tokens, "
+                                        f"ignore_eos): {_DISTS}.", rich_help_panel=WORKLOAD)]
+RangeRatio = Annotated[float, typer.Option("--range-ratio", help="Spread plain lengths: len*(1±r), or as "
+                                           "--length-convention says.", rich_help_panel=WORKLOAD)]
+LengthConvention = Annotated[str, typer.Option(
+    "--length-convention", help="How --range-ratio spreads lengths: plateau (len*(1±r)), vllm (vLLM's random "
+    "dataset: floor/ceil of len*(1±r), its seed stream) or sglang (bench_serving's random dataset: "
+    "[max(1, r*len), len], its seed stream).", rich_help_panel=WORKLOAD)]
+PrefixGroups = Annotated[int, typer.Option("--prefix-groups", help="Shared prefixes: G distinct system prompts; "
+                                           "each request starts with one (needs --prefix-len).",
+                                           rich_help_panel=WORKLOAD)]
+PrefixLen = Annotated[int, typer.Option("--prefix-len", help="Tokens of each shared prefix; --input-len is each "
+                                        "request's own suffix after it.", rich_help_panel=WORKLOAD)]
+Sessions = Annotated[int, typer.Option("--sessions", help="Multi-turn: N conversations, each carrying its "
+                                       "history; --concurrency counts conversations (closed loop).",
+                                       rich_help_panel=WORKLOAD)]
+Turns = Annotated[str, typer.Option("--turns", help=f"Turns per conversation: {_DISTS}.",
+                                    rich_help_panel=WORKLOAD)]
+ThinkTime = Annotated[str, typer.Option("--think-time", help="Pause between an answer and the next turn, e.g. "
+                                        "2s (default 0).", rich_help_panel=WORKLOAD)]
+SessionHeader = Annotated[str, typer.Option("--session-header", help="Header carrying each conversation's id, "
+                                            "for session-affine routers.", rich_help_panel=WORKLOAD)]
+Trace = Annotated[Path | None, typer.Option("--trace", help="Replay a trace at its recorded times and lengths: "
+                                            "Azure CSV, Mooncake JSONL (hash_ids), or plain JSONL/CSV "
+                                            "(time_s, input_len, output_len).", rich_help_panel=WORKLOAD)]
+TimeScale = Annotated[float, typer.Option("--time-scale", help="--trace: replay this many times faster "
+                                          "(offsets divided by it).", rich_help_panel=WORKLOAD)]
 Dataset = Annotated[Path | None, typer.Option("--dataset", help="JSONL of prompts or ShareGPT JSON.",
                                               rich_help_panel=WORKLOAD)]
 Seed = Annotated[int, typer.Option("--seed", help="Same seed, same prompts.", rich_help_panel=WORKLOAD)]
@@ -131,16 +168,48 @@ def target_spec(url: str, model: str | None, endpoint: str, api_key: str | None,
                       secret_headers=named)
 
 
-def workload_spec(input_len: int, output_len: int, range_ratio: float, dataset: Path | None, seed: int,
-                  tokenizer: str | None) -> WorkloadSpec:
+def workload_spec(input_len: str | int, output_len: str | int, range_ratio: float, dataset: Path | None, seed: int,
+                  tokenizer: str | None, length_convention: str = "plateau", prefix_groups: int = 0,
+                  prefix_len: int = 0, sessions: int = 0, turns: str = "4", think_time: str = "0",
+                  session_header: str = DEFAULT_SESSION_HEADER, *, closed_loop: bool = True,
+                  trace: Path | None = None, trace_requests: int | None = None) -> WorkloadSpec:
+    """The validated workload; ``closed_loop``: false for a sweep of bursts (sessions refuse those)."""
     if dataset is not None and not os.access(dataset, os.R_OK):
         raise ConfigError(f"cannot read dataset {dataset}")
     if tokenizer is not None and not Path(tokenizer).exists():
         raise ConfigError(f"--tokenizer {tokenizer}: no such file or directory")
-    spec = WorkloadSpec(input_len=input_len, output_len=output_len, range_ratio=range_ratio,
-                        dataset=str(dataset) if dataset else None, seed=seed, tokenizer=tokenizer)
+    if trace is not None and not os.access(trace, os.R_OK):
+        raise ConfigError(f"--trace {trace}: cannot read the file")
+    in_len, in_dist = length_option(input_len, "--input-len")
+    out_len, out_dist = length_option(output_len, "--output-len")
+    spec = WorkloadSpec(input_len=in_len, output_len=out_len, range_ratio=range_ratio,
+                        dataset=str(dataset) if dataset else None, seed=seed, tokenizer=tokenizer,
+                        input_dist=in_dist, output_dist=out_dist,
+                        length_convention=length_convention,  # type: ignore[arg-type]
+                        prefix_groups=prefix_groups, prefix_len=prefix_len, sessions=sessions,
+                        turns=parse_length(turns, "--turns") if sessions else None,
+                        think_time_s=_think_time(think_time), session_header=session_header.strip(),
+                        trace=str(trace) if trace is not None else None,
+                        trace_requests=trace_requests if trace is not None else None)
     spec.validate()
+    if spec.sessions and not closed_loop:
+        raise ConfigError("--sessions sweeps steady closed loops or open-loop rates of conversations; burst "
+                          "levels (num-requests = C) would send only their first turns")
     return spec
+
+
+def _think_time(text: str) -> float:
+    return 0.0 if text.strip() in ("0", "0s", "0ms") else parse_duration(text, "--think-time")
+
+
+def length_option(value: str | int, flag: str) -> tuple[int, LengthSpec | None]:
+    """A length flag as (nominal length, distribution or None for a plain number)."""
+    from plateau_bench.workload.lengths import nominal_length
+
+    spec = parse_length(str(value), flag)
+    if spec.kind == "fixed":
+        return int(spec.a), None
+    return nominal_length(spec, flag), spec
 
 
 def wide_console() -> Console:
@@ -213,3 +282,27 @@ def load_placement(workers: str | None, ray: str | None,
     if ray is not None and not ray.strip():
         raise ConfigError("--ray is empty: give auto or the cluster's address (host:port or ray://host:port)")
     return parse_workers(workers), ray.strip() if ray is not None else None, per_node
+def session_level(level: LevelSpec, workload: WorkloadSpec) -> LevelSpec:
+    """A level for multi-turn sessions: a burst sends every turn of C conversations."""
+    if not workload.sessions:
+        return level
+    if level.mode == "burst" and level.num_requests is None and level.concurrency is not None:
+        from plateau_bench.workload.lengths import nominal_length
+
+        turns = nominal_length(workload.turns, "--turns") if workload.turns is not None else 1
+        return msgspec.structs.replace(level, num_requests=level.concurrency * turns)
+    return level
+
+
+def trace_level(workload: WorkloadSpec, time_scale: float, max_concurrency: int | None) -> LevelSpec:
+    """The open-loop level that replays ``workload.trace`` at ``time_scale``."""
+    from plateau_bench.workload.trace import load_trace
+
+    assert workload.trace is not None
+    if not (math.isfinite(time_scale) and time_scale > 0):
+        raise ConfigError(f"--time-scale must be > 0 and finite (got {time_scale})")
+    trace = load_trace(workload.trace, limit=workload.trace_requests)
+    level = LevelSpec(mode="rate", rate=trace.rate(time_scale), num_requests=len(trace.rows),
+                      max_concurrency=max_concurrency, time_scale=time_scale)
+    level.validate()
+    return level

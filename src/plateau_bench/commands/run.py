@@ -66,9 +66,18 @@ def run_cmd(
                                         rich_help_panel=LEVEL)] = 0,
     mode: Annotated[str | None, typer.Option("--mode", help="burst | steady | rate (default: from the "
                                              "other flags).", rich_help_panel=LEVEL)] = None,
-    input_len: o.InputLen = 128,
-    output_len: o.OutputLen = 128,
+    input_len: o.InputLen = "128",
+    output_len: o.OutputLen = "128",
     range_ratio: o.RangeRatio = 0.0,
+    length_convention: o.LengthConvention = "plateau",
+    prefix_groups: o.PrefixGroups = 0,
+    prefix_len: o.PrefixLen = 0,
+    sessions: o.Sessions = 0,
+    turns: o.Turns = "4",
+    think_time: o.ThinkTime = "0",
+    session_header: o.SessionHeader = "X-Session-ID",
+    trace: o.Trace = None,
+    time_scale: o.TimeScale = 1.0,
     dataset: o.Dataset = None,
     seed: o.Seed = 0,
     tokenizer: o.Tokenizer = None,
@@ -83,10 +92,19 @@ def run_cmd(
     from plateau_bench.sweep.session import measure as measure_level
     from plateau_bench.sweep.session import metrics_url_for, prepare, target_url
 
-    level = level_spec(mode, concurrency, num_requests, duration, rate, burstiness, max_concurrency, warmup)
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
     load_workers, ray_address, per_node = o.load_placement(workers, ray, workers_per_node)
-    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
+    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer, length_convention,
+                               prefix_groups, prefix_len, sessions, turns, think_time, session_header, trace=trace,
+                               trace_requests=num_requests)
+    if workload.trace is not None:
+        if mode not in (None, "rate") or concurrency is not None or rate is not None or duration or warmup:
+            raise ConfigError("--trace sets its own schedule: give --time-scale (and --num-requests or "
+                              "--max-concurrency), not --mode, --concurrency, --rate, --duration or --warmup")
+        level = o.trace_level(workload, time_scale, max_concurrency)
+    else:
+        level = o.session_level(level_spec(mode, concurrency, num_requests, duration, rate, burstiness,
+                                           max_concurrency, warmup), workload)
     o.check_load_size(level.concurrency or level.max_concurrency or 0)
     console = o.wide_console()
 

@@ -11,12 +11,12 @@ from rich.table import Table
 
 from plateau_bench.aio import run as run_async
 from plateau_bench.commands import roofline_opts as r
-from plateau_bench.commands.options import Overwrite, wide_console
+from plateau_bench.commands.options import Overwrite, wide_console, workload_spec
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.terminal import seed_line
 from plateau_bench.result import EngineSummary, LevelResult, RunSpec, SimSpec
 from plateau_bench.sim.replicas import parse_balancer
-from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration, parse_int_list
+from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration, parse_float_list, parse_int_list
 
 ENGINE = "Engine overrides"
 
@@ -136,6 +136,19 @@ def presets_cmd(
         console.print("Where the numbers come from: plateau presets --details")
 
 
+def trace_levels(workload: WorkloadSpec, time_scale: str) -> list[LevelSpec]:
+    """``--trace``: one open-loop level per time scale, each replaying the whole trace."""
+    from plateau_bench.workload.trace import load_trace
+
+    assert workload.trace is not None
+    loaded = load_trace(workload.trace, limit=workload.trace_requests)
+    levels = [LevelSpec(mode="rate", rate=loaded.rate(s), num_requests=len(loaded.rows), time_scale=s)
+              for s in parse_float_list(time_scale, "--time-scale")]
+    for level in levels:
+        level.validate()
+    return levels
+
+
 def sim_cmd(
     preset: Preset = None,
     mode: Annotated[str, typer.Option("--mode", help="burst | steady", rich_help_panel=LOAD)] = "burst",
@@ -146,9 +159,25 @@ def sim_cmd(
                                                      rich_help_panel=LOAD)] = None,
     duration: Annotated[str | None, typer.Option("--duration", help="Steady: virtual time per level "
                                                  "(default 60s).", rich_help_panel=LOAD)] = None,
-    input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")] = 128,
-    output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request.")] = 128,
-    range_ratio: Annotated[float, typer.Option("--range-ratio", help="Spread lengths in len*(1±r).")] = 0.0,
+    input_len: Annotated[str, typer.Option("--input-len", help="Prompt tokens per request: N, uniform:lo,hi, "
+                                           "normal:mean,sd, lognormal:mean,sd or file:PATH.")] = "128",
+    output_len: Annotated[str, typer.Option("--output-len", help="Output tokens per request (same forms as "
+                                            "--input-len).")] = "128",
+    range_ratio: Annotated[float, typer.Option("--range-ratio", help="Spread plain lengths: len*(1±r), or as "
+                                               "--length-convention says.")] = 0.0,
+    length_convention: Annotated[str, typer.Option("--length-convention", help="plateau | vllm | sglang: how "
+                                                   "--range-ratio spreads lengths.")] = "plateau",
+    trace: Annotated[Path | None, typer.Option("--trace", help="Replay a trace (Azure CSV, Mooncake JSONL, plain "
+                                               "JSONL/CSV) at its times and lengths; --concurrency is ignored.")
+                     ] = None,
+    time_scale: Annotated[str, typer.Option("--time-scale", help="--trace: the time scales to replay it at "
+                                            "(comma list; 2 = twice as fast).")] = "1",
+    prefix_groups: Annotated[int, typer.Option("--prefix-groups", help="Shared prefixes: G system prompts; each "
+                                               "request starts with one (needs --prefix-len).")] = 0,
+    prefix_len: Annotated[int, typer.Option("--prefix-len", help="Tokens of each shared prefix, before each "
+                                            "request's own --input-len.")] = 0,
+    no_prefix_cache: Annotated[bool, typer.Option("--no-prefix-cache", help="Turn off prefix caching (on by "
+                                                  "default, as in vLLM).", rich_help_panel=ENGINE)] = False,
     seed: Annotated[int, typer.Option("--seed", help="Same seed, same lengths.")] = 0,
     out: Annotated[Path | None, typer.Option("--out", help="Result directory.")] = None,
     overwrite: Overwrite = False,
@@ -177,25 +206,28 @@ def sim_cmd(
 
     if mode not in ("burst", "steady"):
         raise ConfigError(f"--mode must be burst or steady (got {mode!r})")
+    workload = workload_spec(input_len, output_len, range_ratio, None, seed, None, length_convention, prefix_groups,
+                             prefix_len, trace=trace, trace_requests=num_requests)
     derived = Derived(model=model_config, gpu=gpu, gpu_spec=gpu_spec, gpus=gpus, tp=tp, ep=ep, dtype=dtype,
                       kv_dtype=kv_dtype, interconnect=interconnect, efficiency=efficiency,
-                      efficiency_from=efficiency_from).engine(preset, input_len, output_len)
+                      efficiency_from=efficiency_from).engine(preset, workload.input_len, workload.output_len)
     base, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, derived=derived,
                               replicas=replicas, balancer=balancer)
+    if no_prefix_cache:
+        config = msgspec.structs.replace(config, prefix_caching=False)
     preset = config.name if derived else preset or "tiny"
     if config.max_num_seqs == 0:
         raise ConfigError("--max-num-seqs 0 admits no request; use at least 1")
     levels_c = parse_int_list(concurrency, "--concurrency")
     duration_s = parse_duration(duration, "--duration") if duration else (60.0 if mode == "steady" else None)
-    workload = WorkloadSpec(input_len=input_len, output_len=output_len, range_ratio=range_ratio, seed=seed)
-    workload.validate()
     overrides = config.overrides_from(base)
     engine = msgspec.convert(preset_summary(config), EngineSummary)
     spec = RunSpec(workload=workload, sim=SimSpec(
         preset=preset, mode=mode, overrides=overrides, engine=engine, concurrency=levels_c,
         num_requests=num_requests, duration_s=duration_s))
-    levels = [LevelSpec(mode=mode, concurrency=c, num_requests=num_requests,  # type: ignore[arg-type]
-                        duration_s=duration_s) for c in levels_c]
+    levels = (trace_levels(workload, time_scale) if trace is not None else
+              [LevelSpec(mode=mode, concurrency=c, num_requests=num_requests,  # type: ignore[arg-type]
+                         duration_s=duration_s) for c in levels_c])
     label = (f"simulated engine: {derived[1]}" if derived else f"simulated engine: preset {preset}") + (
         f" with {overrides}" if overrides else "")
     typer.echo(f"{label} (virtual time)")
@@ -251,6 +283,8 @@ def serve_sim_cmd(
     backlog: Annotated[int, typer.Option("--backlog", help="Listen backlog: new connections the kernel holds "
                                          "before they are accepted (capped by net.core.somaxconn); a burst of "
                                          "more overflows it and waits on SYN retries.")] = 4096,
+    no_prefix_cache: Annotated[bool, typer.Option("--no-prefix-cache", help="Turn off prefix caching (on by "
+                                                  "default, as in vLLM).", rich_help_panel=ENGINE)] = False,
 ) -> None:
     """Serve the simulated engine as an OpenAI-compatible server with vLLM's /metrics."""
     from plateau_bench.aio import run
@@ -270,6 +304,8 @@ def serve_sim_cmd(
                            t0_ms, a_ms, b_ms, c_us, derived=derived, replicas=replicas, balancer=balancer)
     if derived:
         typer.echo(f"plateau serve-sim: engine {derived[1]}", err=True)
+    if no_prefix_cache:
+        config = msgspec.structs.replace(config, prefix_caching=False)
     fault_spec = parse_faults(faults) if faults else None
     options = ServeOptions(speed=speed, metrics=not no_metrics, reject_when_waiting=reject_when_waiting,
                            reject_status=reject_status, faults=fault_spec, faults_seed=faults_seed,
@@ -278,9 +314,10 @@ def serve_sim_cmd(
 
     def ready(bound: int) -> None:
         injected = f", faults {fault_spec.spec()} (seed {faults_seed})" if fault_spec and fault_spec.any else ""
+        caching = "" if config.prefix_caching else ", prefix caching off"
         typer.echo(f"plateau serve-sim: preset {config.name if derived else preset or 'tiny'} (model "
                    f"{config.model_name!r}) on "
-                   f"http://{host}:{bound}, speed x{speed:g}{injected}; Ctrl-C to stop", err=True)
+                   f"http://{host}:{bound}, speed x{speed:g}{injected}{caching}; Ctrl-C to stop", err=True)
 
     run(serve_forever(config, options, host=host, port=port, on_ready=ready))
 

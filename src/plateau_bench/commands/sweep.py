@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -20,6 +21,7 @@ from plateau_bench.report.live import LiveView
 from plateau_bench.report.terminal import sweep_report
 from plateau_bench.spec import parse_duration, parse_float_list, parse_int_list
 from plateau_bench.sweep.plan import ConcurrencyPlan, RatePlan, SloSearchPlan, SweepLimits
+from plateau_bench.sweep.trace_plan import TracePlan
 
 SEARCH = "Sweep"
 
@@ -64,7 +66,29 @@ def find_plan(find: str, mode: str, concurrency: str | None, rate: str | None, s
     return plan
 
 
-def _widest(plan: ConcurrencyPlan | RatePlan | SloSearchPlan) -> int:
+def trace_plan(trace: Path, time_scale: str, concurrency: str | None, rate: str | None, find: str | None,
+               limits: SweepLimits) -> TracePlan:
+    """``--trace``: the trace at the given time scales, or doubling from 1 until it stops keeping up."""
+    from plateau_bench.workload.trace import load_trace
+
+    if concurrency is not None or rate is not None or find is not None:
+        raise ConfigError("--trace sweeps time scales (--time-scale auto or 1,2,4); it cannot take --concurrency, "
+                          "--rate or --find")
+    if not os.access(trace, os.R_OK):
+        raise ConfigError(f"--trace {trace}: cannot read the file")
+    loaded = load_trace(trace)
+    scales = None if time_scale.strip() == "auto" else tuple(parse_float_list(time_scale, "--time-scale"))
+    return TracePlan(rate=loaded.rate(), requests=len(loaded.rows), scales=scales, limits=limits)
+
+
+def _closed_steady(mode: str, plan: ConcurrencyPlan | RatePlan | SloSearchPlan | TracePlan, find: str | None) -> bool:
+    """Whether no level is a burst (a burst of C requests would send only the first turns of --sessions)."""
+    return mode != "burst" or isinstance(plan, RatePlan) or find == "max-rate"
+
+
+def _widest(plan: ConcurrencyPlan | RatePlan | SloSearchPlan | TracePlan) -> int:
+    if isinstance(plan, TracePlan):
+        return 1024   # an open loop: connections open as the replay needs them
     if isinstance(plan, SloSearchPlan):
         return int(plan.max_load) if not plan.open_loop else 4096
     if isinstance(plan, RatePlan):
@@ -73,13 +97,15 @@ def _widest(plan: ConcurrencyPlan | RatePlan | SloSearchPlan) -> int:
 
 
 def _check_resume(resume: Path | None, out: Path | None, overwrite: bool,
-                  plan: ConcurrencyPlan | RatePlan | SloSearchPlan) -> None:
-    if resume is not None and isinstance(plan, RatePlan) and plan.rates is None:
+                  plan: ConcurrencyPlan | RatePlan | SloSearchPlan | TracePlan) -> None:
+    if resume is None:
+        return
+    if isinstance(plan, RatePlan) and plan.rates is None:
         raise ConfigError("--resume continues concurrency sweeps and given rates; an auto rate sweep starts "
                           "afresh")
-    if resume is not None and out is not None and Path(out) != Path(resume):
+    if out is not None and Path(out) != Path(resume):
         raise ConfigError("--resume continues in its own directory; drop --out or make it the same")
-    if resume is not None and overwrite:
+    if overwrite:
         raise ConfigError("--resume keeps the saved levels; --overwrite replaces them: choose one")
 
 
@@ -141,9 +167,20 @@ def sweep_cmd(
     resume: Annotated[Path | None, typer.Option("--resume", help="Continue a sweep saved in this "
                                                 "directory (failed or damaged levels are measured again).",
                                                 rich_help_panel=SEARCH)] = None,
-    input_len: o.InputLen = 128,
-    output_len: o.OutputLen = 128,
+    input_len: o.InputLen = "128",
+    output_len: o.OutputLen = "128",
     range_ratio: o.RangeRatio = 0.0,
+    length_convention: o.LengthConvention = "plateau",
+    prefix_groups: o.PrefixGroups = 0,
+    prefix_len: o.PrefixLen = 0,
+    sessions: o.Sessions = 0,
+    turns: o.Turns = "4",
+    think_time: o.ThinkTime = "0",
+    session_header: o.SessionHeader = "X-Session-ID",
+    trace: o.Trace = None,
+    time_scale: Annotated[str, typer.Option("--time-scale", help="--trace: the time scales to replay it at "
+                                            "(comma list; 2 = twice as fast), or auto: 1, 2, 4, ... until it stops "
+                                            "keeping up.", rich_help_panel=o.WORKLOAD)] = "auto",
     dataset: o.Dataset = None,
     seed: o.Seed = 0,
     tokenizer: o.Tokenizer = None,
@@ -171,15 +208,18 @@ def sweep_cmd(
                          slos=tuple(parse_slo(slo)) if slo else (),
                          budget_s=parse_duration(budget, "--budget") if budget else None,
                          max_error_rate=max_error_rate)
-    plan = (find_plan(find, mode, concurrency, rate, start, max_concurrency, start_rate, max_rate, resolution,
-                      burstiness, limits) if find is not None
+    plan = (trace_plan(trace, time_scale, concurrency, rate, find, limits) if trace is not None
+            else find_plan(find, mode, concurrency, rate, start, max_concurrency, start_rate, max_rate, resolution,
+                           burstiness, limits) if find is not None
             else build_plan(concurrency, mode, rate, burstiness, start, max_concurrency, plateau_gain, limits))
     _check_resume(resume, out, overwrite, plan)
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
+    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer, length_convention,
+                               prefix_groups, prefix_len, sessions, turns, think_time, session_header, trace=trace,
+                               closed_loop=_closed_steady(mode, plan, find))
     ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect,
-                               input_len=input_len, output_len=output_len)
+                               input_len=workload.input_len, output_len=workload.output_len)
     load_workers, ray_address, per_node = o.load_placement(workers, ray, workers_per_node)
-    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer)
     o.check_load_size(_widest(plan))
     out_dir = resume or out_dir_or_temp(out, "sweep")
     console = o.wide_console()

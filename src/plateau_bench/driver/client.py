@@ -194,7 +194,8 @@ class StreamingClient:
                 await session.close()
         self._session = self._fresh_session = None
 
-    def request_body(self, prompt: str, max_tokens: int) -> bytes:
+    def request_body(self, prompt: str, max_tokens: int, messages: list[dict[str, str]] | None = None) -> bytes:
+        """The JSON body; ``messages`` (chat) replaces the single user message made of ``prompt``."""
         body: dict[str, Any] = {
             "max_tokens": max_tokens,
             "ignore_eos": True,
@@ -204,27 +205,33 @@ class StreamingClient:
         if self.target.model is not None:
             body["model"] = self.target.model
         if self._chat:
-            body["messages"] = [{"role": "user", "content": prompt}]
+            body["messages"] = messages if messages is not None else [{"role": "user", "content": prompt}]
         else:
             body["prompt"] = prompt
         return msgspec.json.encode(body)
 
-    async def send(
-        self,
-        *,
-        index: int,
-        prompt: str,
-        prompt_tokens: int,
-        max_tokens: int,
-        scheduled_ns: int,
-        worker: int = -1,
-        warmup: bool = False,
-    ) -> RequestRecord:
+    async def send(self, *, index: int, prompt: str, prompt_tokens: int, max_tokens: int, scheduled_ns: int,
+                   worker: int = -1, warmup: bool = False) -> RequestRecord:
         """Stream one request and describe it. Never raises for a failed request."""
+        body = self.request_body(prompt, max_tokens)
+        return (await self._send(index, body, prompt_tokens, max_tokens, scheduled_ns, worker, warmup, None))[0]
+
+    async def send_turn(self, *, index: int, prompt: str, messages: list[dict[str, str]] | None, prompt_tokens: int,
+                        max_tokens: int, scheduled_ns: int, worker: int = -1, warmup: bool = False,
+                        headers: dict[str, str] | None = None) -> tuple[RequestRecord, str]:
+        """One turn of a conversation: its record and the answer's text (the next turn's history).
+
+        ``messages``: the chat history (chat endpoint); ``prompt``: the whole text (completions);
+        ``headers``: sent with this request only (the session id)."""
+        body = self.request_body(prompt, max_tokens, messages)
+        record, acc = await self._send(index, body, prompt_tokens, max_tokens, scheduled_ns, worker, warmup, headers)
+        return record, "".join(acc.texts)
+
+    async def _send(self, index: int, body: bytes, prompt_tokens: int, max_tokens: int, scheduled_ns: int, worker: int,
+                    warmup: bool, headers: dict[str, str] | None) -> tuple[RequestRecord, StreamAccumulator]:
         session = self._session
         if session is None:
             raise RuntimeError("StreamingClient.send outside 'async with'")
-        body = self.request_body(prompt, max_tokens)
         clock = self.clock_ns
         state = _InFlight(clock, self.t0_ns, scheduled_ns, worker, warmup, prompt_tokens)
         acc = state.acc
@@ -233,7 +240,7 @@ class StreamingClient:
         token = _CONNECTING.set(state)
         state.start_ns = state.sent_ns = clock() - state.t0
         try:
-            await self._exchange(session, body, state)
+            await self._exchange(session, body, state, headers)
         except _StreamStopped:
             pass  # the accumulator holds the reason (error event or malformed stream)
         except (TimeoutError, aiohttp.ClientError, OSError) as exc:
@@ -249,16 +256,17 @@ class StreamingClient:
         if state.error is None and state.status == 200:
             state.error, state.detail = _stream_outcome(acc, state.content_type, counts.output_tokens,
                                                          max_tokens, state.cut)
-        return self._record(index, state, counts, end_ns, state.error, state.detail, acc.chunk_ns)
+        return self._record(index, state, counts, end_ns, state.error, state.detail, acc.chunk_ns), acc
 
-    async def _exchange(self, session: aiohttp.ClientSession, body: bytes, state: _InFlight) -> None:
+    async def _exchange(self, session: aiohttp.ClientSession, body: bytes, state: _InFlight,
+                        headers: dict[str, str] | None = None) -> None:
         """POST and read the answer into ``state``; aiohttp's exceptions propagate (see ``_failed``)."""
         if self._fresh_session is not None:
             session = self._fresh_session
         acc = state.acc
         for attempt in range(2):
             try:
-                async with session.post(self._url, data=body) as resp:
+                async with session.post(self._url, data=body, headers=headers) as resp:
                     status = state.status = resp.status
                     if status != 200:
                         state.retry_after = _seconds(resp.headers.get("Retry-After"))

@@ -10,7 +10,9 @@
   (``workload.arrivals``) whatever the server does, optionally bounded by ``max_concurrency``
   (a semaphore). A request held back by the bound is sent late; the record keeps its
   ``scheduled_ns`` so the send lag (``sent_ns - scheduled_ns``) measures the hold-up. After the
-  duration, arrivals still waiting for the semaphore are not sent (counted as ``unsent``).
+  duration, arrivals still waiting for the semaphore are not sent (counted as ``unsent``). With
+  multi-turn sessions each arrival is a conversation whose turns follow one another (the bound then
+  counts conversations); a trace gives the schedule itself (``offsets_ns``).
 
 ``scheduled_ns`` elsewhere: the first request of each closed-loop worker is scheduled at the start
 of the measured phase (a burst is "all at once"), later ones when their worker became free, so the
@@ -49,6 +51,7 @@ sends at the given ``arrivals`` (its part of one schedule) instead of drawing a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -66,6 +69,8 @@ from plateau_bench.workload.prompts import Prompt
 GRACE_MIN_S = 5.0       # the shortest drain: a hung request is declared no sooner
 GRACE_FACTOR = 2.0      # times the longest request finished so far
 _DRAIN_POLL_S = 0.25
+_TIMER_SLACK_NS = 1_500_000   # how early an event-loop timer may fire (uvloop: whole milliseconds)
+_OPEN_SESSION = -2            # open-loop conversations go as "workers" -2, -3, ... (closed-loop ones are 0, 1, ...)
 
 OnRecord = Callable[[RequestRecord], None]
 
@@ -135,6 +140,8 @@ async def run_level(
     seed: int = 0,
     grace_min_s: float = GRACE_MIN_S,
     share: LoadShare | None = None,
+    offsets_ns: Sequence[int] | None = None,
+    session_open: Callable[[int], bool] | None = None,
 ) -> list[RequestRecord]:
     """Run one level and return its records (warm-up included, flagged) in completion order.
 
@@ -150,6 +157,10 @@ async def run_level(
         seed: seed of the open-loop arrival schedule.
         grace_min_s: the shortest drain before in-flight requests are declared hung.
         share: this process's part of a level shared between load processes.
+        offsets_ns: a rate level's send times (a trace), instead of the gamma schedule; prompt ``i``
+            goes at offset ``i``.
+        session_open: multi-turn sessions (``driver.sessions``): whether the conversation a worker holds
+            goes on; in a rate level each arrival is then a conversation, sent turn after turn.
     """
     if not prompts:
         raise ValueError("run_level needs at least one prompt")
@@ -158,6 +169,8 @@ async def run_level(
                     seed)
     run.share = share or LoadShare()
     run.grace_min_ns = int(grace_min_s * NS)
+    run.offsets_ns = offsets_ns
+    run.session_open = session_open
     return await run.run()
 
 
@@ -188,6 +201,8 @@ class _LevelRun:
         self._to_send: int | None = None   # requests the current phase will send at most
         self.grace_min_ns = int(GRACE_MIN_S * NS)
         self.share = LoadShare()
+        self.offsets_ns: Sequence[int] | None = None
+        self.session_open: Callable[[int], bool] | None = None
 
     def now(self) -> int:
         return self.clock_ns() - self.t0_ns
@@ -300,22 +315,53 @@ class _LevelRun:
         start = self.now()
         deadline = self._deadline(start)
         count = level.num_requests
+        if self.offsets_ns is not None:
+            count = len(self.offsets_ns) if count is None else min(count, len(self.offsets_ns))
         self._deadline_ns = deadline
         self._to_send = None if count is None else self.progress.sent + count
         self._drain_start_ns = None
         bound = asyncio.Semaphore(level.max_concurrency) if level.max_concurrency else None
         arrivals = (iter(self.share.arrivals) if self.share.arrivals is not None
+                    else iter(self.offsets_ns) if self.offsets_ns is not None
                     else iter_arrival_offsets_ns(level.rate, burstiness=level.burstiness, seed=self.seed))
+        sessions = self.session_open is not None
         for n, offset in enumerate(arrivals):
             scheduled = start + offset
-            if self._stopping or self._finishing() or (count is not None and n >= count):
+            # arrivals are requests, or whole conversations (then the count is of their requests)
+            counted = self.progress.sent if sessions else n
+            if self._stopping or self._finishing() or (count is not None and counted >= count):
                 return
             if deadline is not None and scheduled >= deadline:
                 return
             delay = scheduled - self.now()
             if delay > 0:
-                await asyncio.sleep(delay / NS)
-            self._spawn(self._arrival(scheduled, bound, deadline))
+                await (self._until(scheduled) if self.offsets_ns is not None else asyncio.sleep(delay / NS))
+            if sessions:
+                self._spawn(self._session_arrival(_OPEN_SESSION - n, scheduled, bound, deadline))
+            else:
+                self._spawn(self._arrival(scheduled, bound, deadline))
+
+    async def _session_arrival(self, key: int, scheduled_ns: int, bound: asyncio.Semaphore | None,
+                               deadline_ns: int | None) -> None:
+        """One conversation arriving in the open loop: its turns one after the other (``max_concurrency``
+        bounds conversations in flight), until it ends or nothing more may be sent."""
+        assert self.session_open is not None
+        async with bound if bound is not None else contextlib.nullcontext():
+            while not (self._stopping or self._finishing() or self._sending_over()):
+                await self._send(self._claim(), key, scheduled_ns, False)
+                if not self.session_open(key):
+                    return
+                scheduled_ns = self.now()
+
+    async def _until(self, when_ns: int) -> None:
+        """Wait until ``when_ns`` and not before: uvloop's timers count whole milliseconds and may fire up
+        to one early, so a trace's last millisecond is waited by yielding to the loop (other requests'
+        reads go on meanwhile). Only for traces: at high rates this polling would cost the generator CPU."""
+        delay = when_ns - self.now()
+        if delay > _TIMER_SLACK_NS:
+            await asyncio.sleep((delay - _TIMER_SLACK_NS) / NS)
+        while self.now() < when_ns:
+            await asyncio.sleep(0)
 
     async def _arrival(self, scheduled_ns: int, bound: asyncio.Semaphore | None, deadline_ns: int | None) -> None:
         if bound is None:

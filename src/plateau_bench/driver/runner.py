@@ -23,8 +23,9 @@ from collections.abc import Callable, Sequence
 
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.health import HealthSampler
-from plateau_bench.driver.load import LoadProgress, run_level
+from plateau_bench.driver.load import LoadProgress, Sender, run_level
 from plateau_bench.driver.pool import PoolOutcome, WorkerPool
+from plateau_bench.driver.sessions import SessionPool, SessionSender
 from plateau_bench.errors import ErrorClass
 from plateau_bench.level_run import LevelRun, StopRule
 from plateau_bench.progress import LevelProgress
@@ -42,8 +43,9 @@ DEAD_TARGET_FAILURES = 32   # consecutive connection failures that end a level: 
 class _TrackingSender:
     """Wraps the client to know which requests are in flight (for the convergence window)."""
 
-    def __init__(self, client: StreamingClient, progress: LevelProgress | None) -> None:
+    def __init__(self, client: StreamingClient, progress: LevelProgress | None, inner: Sender | None = None) -> None:
         self.client = client
+        self.inner: Sender = inner if inner is not None else client   # a SessionSender for multi-turn sessions
         self.progress = progress
         self.in_flight: dict[int, int] = {}
 
@@ -53,9 +55,9 @@ class _TrackingSender:
         if self.progress is not None:
             self.progress.in_flight = len(self.in_flight)
         try:
-            return await self.client.send(index=index, prompt=prompt, prompt_tokens=prompt_tokens,
-                                          max_tokens=max_tokens, scheduled_ns=scheduled_ns, worker=worker,
-                                          warmup=warmup)
+            return await self.inner.send(index=index, prompt=prompt, prompt_tokens=prompt_tokens,
+                                         max_tokens=max_tokens, scheduled_ns=scheduled_ns, worker=worker,
+                                         warmup=warmup)
         finally:
             self.in_flight.pop(index, None)
             if self.progress is not None:
@@ -108,8 +110,12 @@ class HttpLevelRunner:
         seed: int = 0,
         gpu_metrics_urls: Sequence[str] = (),
         pool: WorkerPool | None = None,
+        sessions: SessionPool | None = None,
+        schedule_ns: Sequence[int] | None = None,
     ) -> None:
         self.target = target
+        self.sessions = sessions
+        self.schedule_ns = schedule_ns   # a trace's send offsets at time scale 1 (prompt i at offset i)
         self.prompts = prompts
         self.metrics_url = metrics_url
         self.metrics_required = metrics_required
@@ -173,13 +179,16 @@ class HttpLevelRunner:
         load_progress = LoadProgress()
         async with StreamingClient(self.target, concurrency=width, t0_ns=t0,
                                    count_tokens=self.count_tokens) as client:
-            sender = _TrackingSender(client, watch.progress)
+            sessions = SessionSender(client, self.sessions) if self.sessions is not None else None
+            sender = _TrackingSender(client, watch.progress, sessions)
             health = HealthSampler(t0_ns=t0, in_flight=lambda: len(sender.in_flight))
             health.start()
             monitor = asyncio.create_task(watch.run(lambda: len(sender.in_flight), sender.complete_until_ns))
             try:
                 await run_level(sender, self.prompts, level, t0_ns=t0, on_record=collect, stop=abort,
-                                finish=finish, seed=self.seed, progress=load_progress)
+                                finish=finish, seed=self.seed, progress=load_progress,
+                                offsets_ns=self._offsets(level),
+                                session_open=sessions.in_session if sessions is not None else None)
             finally:
                 monitor.cancel()
                 health_samples = await health.stop()
@@ -194,6 +203,13 @@ class HttpLevelRunner:
             return await running.wait(abort=abort, finish=finish)
         finally:
             monitor.cancel()
+
+
+    def _offsets(self, level: LevelSpec) -> list[int] | None:
+        if self.schedule_ns is None:
+            return None
+        scale = level.time_scale or 1.0
+        return [round(o / scale) for o in self.schedule_ns]
 
 
 class _Watch:
@@ -221,8 +237,8 @@ class _Watch:
                     last = scraper.samples[-1]
                     progress.server_running = last.get("running")
                     progress.server_waiting = last.get("waiting")
-            if stop_rule is None or level.mode == "burst":
-                continue
+            if stop_rule is None or level.mode == "burst" or level.time_scale is not None:
+                continue   # a burst and a trace replay send all their requests
             workers = level.concurrency or 1  # open loop: records carry worker -1, one "worker"
             complete = complete_until_ns()
             if progress is not None:

@@ -29,6 +29,7 @@ import msgspec
 from plateau_bench.analysis.timeseries import level_series
 from plateau_bench.errors import ConfigError
 from plateau_bench.report import plots
+from plateau_bench.report.html_turns import has_turns, turns_table
 from plateau_bench.report.tables import COLUMNS, ReportRun, format_cell, load_runs
 from plateau_bench.result import LevelResult
 from plateau_bench.store import kept_attempts, load_requests, load_telemetry
@@ -295,6 +296,10 @@ def render_html(runs: Sequence[ReportRun]) -> str:
                    "</figcaption></figure>")
     out.append("<h2>Levels</h2>")
     out += _per_run(runs, lambda run, _: _level_table(run))
+    if has_turns(runs):
+        out.append("<h2>Turns of multi-turn sessions</h2><p class=\"sub\">Per level and turn index: the prompt "
+                   "grows with the conversation's history; TTFT grows with it unless the prefix cache reuses it.</p>")
+        out += _per_run(runs, lambda run, _: turns_table(run))
     out.append("<h2>Levels over time</h2><p class=\"sub\">In-flight requests, output tokens per second "
                "(1 s buckets) and, when scraped, the server's running and waiting requests and KV cache "
                "usage. Shaded: the measurement window.</p>")

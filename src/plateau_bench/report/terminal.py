@@ -215,6 +215,9 @@ def sweep_report(result: ResultFile, out_dir: str | None) -> RenderableType:
         parts.append(_plain(slo_boundary_sentence(result.slo_boundary)))
     elif result.slo is not None:
         parts.append(_plain(f"SLO {', '.join(result.slo.bounds)}: met up to C={result.slo.max_concurrency}"))
+    cache = cache_line(result)
+    if cache is not None:
+        parts.append(_plain(cache))
     parts.extend(_plain(f"Note: {n}") for n in level_notes(levels))
     if result.stop_reason:
         parts.append(_plain(f"Stopped: {result.stop_reason}"))
@@ -225,15 +228,39 @@ def sweep_report(result: ResultFile, out_dir: str | None) -> RenderableType:
     return Group(*parts)
 
 
+def cache_line(result: ResultFile) -> str | None:
+    """The server's prefix-cache hit rate by level, for workloads built to share prefixes (shared
+    system prompts, multi-turn sessions, traces); None when the server stated none."""
+    w = result.spec.workload
+    if not (w.prefix_groups or w.sessions or w.trace):
+        return None
+    shown = [f"{lv.label} {lv.telemetry.prefix_cache_hit_rate:.0%}" for lv in result.levels
+             if lv.telemetry.prefix_cache_hit_rate is not None]
+    return f"Prefix cache hit rate by level (server): {', '.join(shown)}" if shown else None
+
+
+def turns_line(lv: LevelResult) -> str:
+    """Multi-turn sessions: TTFT p50 by turn index, with the prompt each turn carried."""
+    shown = ", ".join(f"{t.turn + 1}: {t.ttft_ms.p50 or 0.0:.0f} ms ({t.prompt_tokens_mean:,.0f} tok)"
+                      for t in lv.turns[:12])
+    more = f", ... ({len(lv.turns)} turns)" if len(lv.turns) > 12 else ""
+    return f"TTFT p50 by turn (prompt tokens): {shown}{more}"
+
+
 def run_report(result: ResultFile, out_dir: str | None) -> RenderableType:
     """What ``plateau run`` prints: the level, its failures, and a verdict only when it found a problem."""
     parts: list[RenderableType] = []
     for lv in result.levels:
         parts.append(_plain(seed_line(lv)))
         parts.append(level_table([lv]))
+        if lv.turns:
+            parts.append(_plain(turns_line(lv)))
         if lv.level_failed:
             parts.append(Text(f"level failed: {lv.failed}/{lv.num_requests} requests failed, mostly "
                               f"{lv.dominant_error}", style="red"))
+    cache = cache_line(result)
+    if cache is not None:
+        parts.append(_plain(cache))
     parts.extend(_plain(f"Note: {n}") for n in level_notes(result.levels))
     if result.verdict is not None and result.verdict.constraint in ("load_generator", "errors"):
         parts.append(verdict_text(result.verdict))

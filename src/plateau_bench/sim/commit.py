@@ -12,13 +12,13 @@ from __future__ import annotations
 import heapq
 from operator import attrgetter
 
-from plateau_bench.sim.core import EngineCore
+from plateau_bench.sim.cached import PrefixCaching
 from plateau_bench.sim.request import DECODE, DONE, PREFILL, SimRequest, StepPlan, StepRecord
 
 _rid = attrgetter("rid")
 
 
-class Committer(EngineCore):
+class Committer(PrefixCaching):
     """The committing half of ``engine.Engine``."""
 
     def _commit(self, plan: StepPlan) -> None:
@@ -86,7 +86,7 @@ class Committer(EngineCore):
                 req.times.append(end)
             if sent >= req.output:
                 del running[req.rid]
-                self._blocks_used -= req.blocks
+                self._blocks_used -= req.blocks if req.hashes is None else self._freed(req, req.blocks, computed)
                 finished.append(req)
                 continue
             req.state = DECODE
@@ -145,7 +145,10 @@ class Committer(EngineCore):
                 phase[key % bs] -= 1
                 key_sum += key
                 del running[req.rid]
-                freed += -(-(key + g) // bs)
+                if req.hashes is None:
+                    freed += -(-(key + g) // bs)
+                else:
+                    freed += self._freed(req, -(-(key + g) // bs), key + g)
                 finished.append(req)
             left += len(bucket)
         self._n_decode -= left

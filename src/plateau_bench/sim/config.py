@@ -6,6 +6,8 @@
 * ``max_num_batched_tokens``: the per-step token budget (vLLM ``--max-num-batched-tokens``,
   SGLang ``--chunked-prefill-size``); prefills longer than what is left are chunked.
 * ``kv_tokens`` / ``block_size``: KV-cache capacity, allocated in blocks of ``block_size`` tokens.
+* ``prefix_caching``: reuse the KV blocks of cached prompt prefixes (``prefix_cache``), on by
+  default as in vLLM v1; it acts only on requests whose token blocks are known (the HTTP server's).
 * ``policy``: ``"mixed"`` is vLLM v1 (decodes and chunked prefill share a step); ``"prefill_first"``
   is SGLang's default (a step is either a prefill batch, run whenever waiting requests can be
   admitted, or a decode batch).
@@ -32,6 +34,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     block_size: int = 16
     max_model_len: int = 32768
     policy: Policy = "mixed"
+    prefix_caching: bool = True   # vLLM's automatic prefix caching (--no-prefix-cache turns it off)
     model_name: str = "sim-model"
     description: str = ""
     replicas: int = 1                  # data-parallel copies behind a balancer (``sim.replicas``)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import deque
 
 from plateau_bench.sim.config import EngineConfig
+from plateau_bench.sim.prefix_cache import PrefixCache
 from plateau_bench.sim.probe import Probe
 from plateau_bench.sim.request import FinishCallback, SimRequest, StepPlan, StepRecord
 
@@ -63,6 +64,8 @@ class EngineCore:
         self._blocks_used = 0
         self._decode_times: list[float] = []               # end time of decode step g at index g-1
         self._inflight: StepPlan | None = None
+        self._cache = PrefixCache() if config.prefix_caching else None
+        self._need = 0                                     # blocks a cached admission lacked
         self.preemptions = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0

@@ -69,8 +69,12 @@ class Engine(Scheduler, Committer):
 
     # -- public API ---------------------------------------------------------------------
     def submit(self, prompt_tokens: int, max_tokens: int, *, arrival: float | None = None,
-               worker: int = -1, payload: object = None) -> SimRequest:
-        """Queue a request arriving at ``arrival`` (default: now). Raises RequestRejected."""
+               worker: int = -1, payload: object = None, block_hashes: list[int] | None = None) -> SimRequest:
+        """Queue a request arriving at ``arrival`` (default: now). Raises RequestRejected.
+
+        ``block_hashes``: the chain keys of the full blocks of its tokens, prompt then output
+        (``prefix_cache.block_hashes``), for prefix caching; without them it is never cached.
+        """
         total = prompt_tokens + max_tokens
         # One test for the common case; _reject re-checks in order to name the first broken rule.
         # (A request needs ceil((total - 1) / block_size) blocks: more than the cache has exactly
@@ -85,12 +89,19 @@ class Engine(Scheduler, Committer):
         self._next_rid += 1
         if self.chunks:
             req.times = []
+        if block_hashes and self._cache is not None:
+            req.hashes = block_hashes
         if when <= now and self._inflight is None:
             req.state = WAITING
             self._waiting.append(req)
         else:
             heapq.heappush(self._pending, (when, req.rid, req))
         return req
+
+    def set_block_hashes(self, req: SimRequest, block_hashes: list[int]) -> None:
+        """Give a request submitted without them its block keys (see ``submit``), before it is admitted."""
+        if req.state in (PENDING, WAITING) and req.preemptions == 0 and block_hashes and self._cache is not None:
+            req.hashes = block_hashes
 
     def _reject(self, prompt_tokens: int, max_tokens: int) -> None:
         cfg = self.config
@@ -122,12 +133,12 @@ class Engine(Scheduler, Committer):
         elif state == PREFILL:
             del self._running[req.rid]
             self._prefilling.remove(req)
-            self._blocks_used -= req.blocks
+            self._blocks_used -= self._freed(req, req.blocks, req.computed)
         elif state == DECODE:
             del self._running[req.rid]
             computed = req.key + self._g
             self._leave_decode(req)
-            freed = -(-computed // self._bs)
+            freed = self._freed(req, -(-computed // self._bs), computed)
             if self._inflight is not None and self._inflight.n_decode and computed % self._bs == 0:
                 freed += 1   # the planned step already gave it the block for its next token
             self._blocks_used -= freed
@@ -141,9 +152,11 @@ class Engine(Scheduler, Committer):
 
     def state(self) -> EngineState:
         used = self._blocks_used
+        cache = self._cache
         return EngineState(self.now, len(self._running), len(self._waiting) + len(self._pending), used,
                            self._num_blocks, self._bs, used / self._num_blocks, self.preemptions,
-                           self.prompt_tokens_total, self.generation_tokens_total)
+                           self.prompt_tokens_total, self.generation_tokens_total,
+                           cache.queries if cache is not None else 0, cache.hits if cache is not None else 0)
 
     def next_event_time(self) -> float | None:
         """When the engine next has something to do: the planned step's end, or the next arrival."""

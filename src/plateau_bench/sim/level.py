@@ -29,12 +29,13 @@ from plateau_bench.errors import ErrorClass
 from plateau_bench.records import TOKEN_SOURCE_SIM, RequestRecord
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.engine import Engine, EngineState, RequestRejected, SimRequest, StepRecord
+from plateau_bench.sim.prefix_keys import SharedPrefixKeys
 from plateau_bench.sim.probe import Probe
 from plateau_bench.sim.replicas import ReplicaSet, parse_balancer
 from plateau_bench.spec import LevelSpec, WorkloadSpec
 from plateau_bench.units import NS
 from plateau_bench.workload.arrivals import iter_arrival_offsets_ns
-from plateau_bench.workload.prompts import sample_lengths
+from plateau_bench.workload.lengths import LengthSampler
 
 DEFAULT_STEADY_DURATION_S = 60.0
 _BATCH = 4096
@@ -56,7 +57,7 @@ class _Lengths:
     def __init__(self, workload: WorkloadSpec, explicit: Sequence[tuple[int, int]] | None) -> None:
         self.seed = workload.seed
         self._workload = workload
-        self._rng = np.random.default_rng(workload.seed)
+        self._sampler = LengthSampler(workload, np.random.default_rng(workload.seed))
         self._cycle = explicit is not None
         self.pairs: list[tuple[int, int]] = list(explicit) if explicit else []
         self.i = 0
@@ -68,22 +69,27 @@ class _Lengths:
             return self.pairs[i]
         if self._cycle:
             return self.pairs[i % len(self.pairs)]
-        w = self._workload
-        prompts = sample_lengths(self._rng, w.input_len, w.range_ratio, _BATCH)
-        outputs = sample_lengths(self._rng, w.output_len, w.range_ratio, _BATCH)
+        prompts, outputs = self._sampler.draw(_BATCH)
         self.pairs.extend(zip(prompts, outputs, strict=True))
         return self.pairs[i]
 
 
 class _Driver:
     def __init__(self, config: EngineConfig, level: LevelSpec, workload: WorkloadSpec, *, chunks: bool,
-                 trace: bool, lengths: Sequence[tuple[int, int]] | None, probe: Probe | None = None) -> None:
+                 trace: bool, lengths: Sequence[tuple[int, int]] | None, probe: Probe | None = None,
+                 offsets_ns: Sequence[int] | None = None, block_keys: Sequence[list[int] | None] | None = None
+                 ) -> None:
         self.engine: Engine | ReplicaSet = (
             Engine(config, chunks=chunks, trace=trace, on_finish=self._finished, probe=probe) if config.replicas == 1
             else ReplicaSet(config, config.replicas, parse_balancer(config.balancer), chunks=chunks,
                             on_finish=self._finished))
         self.level = level
         self.lengths = _Lengths(workload, lengths)
+        # --prefix-groups: every prompt starts with one of the shared prefixes (their blocks keyed alike)
+        self.prefixes = (SharedPrefixKeys(workload.prefix_groups, workload.prefix_len, config.block_size,
+                                          workload.seed) if workload.prefix_groups else None)
+        self.offsets_ns = offsets_ns     # a trace's arrival times, instead of the gamma schedule ...
+        self.block_keys = block_keys     # ... and its requests' block keys, by request index
         self.records: list[RequestRecord | None] = []
         self.issued = 0
         self.limit: int | None = level.total_requests()
@@ -109,10 +115,15 @@ class _Driver:
         if index is None:
             index = self.reserve()
         prompt, output = self.lengths.next()
+        keys = self.block_keys[index] if self.block_keys is not None else None
+        if self.prefixes is not None:
+            prompt += self.prefixes.prefix_len
+            keys = self.prefixes.keys(prompt, output)
         enow = self.engine.now
         now = scheduled if scheduled > enow else enow   # max(enow, scheduled), ties keep enow
         try:
-            self.engine.submit(prompt, output, arrival=now, worker=worker, payload=(index, scheduled))
+            self.engine.submit(prompt, output, arrival=now, worker=worker, payload=(index, scheduled),
+                               block_hashes=keys)
         except RequestRejected as exc:
             self._record_rejection(index, worker, scheduled, now, prompt, exc)
             return False
@@ -146,8 +157,13 @@ class _Driver:
                     prompt, output = lengths.pairs[i]
                 else:
                     prompt, output = lengths.next()
+                keys = None
+                if self.prefixes is not None:
+                    prompt += self.prefixes.prefix_len
+                    keys = self.prefixes.keys(prompt, output)
                 try:
-                    engine.submit(prompt, output, arrival=now, worker=req.worker, payload=(index, now))
+                    engine.submit(prompt, output, arrival=now, worker=req.worker, payload=(index, now),
+                                  block_hashes=keys)
                 except RequestRejected as exc:
                     self._record_rejection(index, req.worker, now, now, prompt, exc)
                     if self.level.mode != "steady":
@@ -209,7 +225,8 @@ class _Driver:
         assert level.rate is not None
         if level.duration_s is not None:
             self.stop_at = level.duration_s
-        offsets = iter_arrival_offsets_ns(level.rate, burstiness=level.burstiness, seed=self.lengths.seed)
+        offsets = (iter(self.offsets_ns) if self.offsets_ns is not None
+                   else iter_arrival_offsets_ns(level.rate, burstiness=level.burstiness, seed=self.lengths.seed))
         max_c = level.max_concurrency
         for offset in offsets:
             t = offset / NS
@@ -234,6 +251,8 @@ def simulate_level(
     trace: bool = False,
     lengths: Sequence[tuple[int, int]] | None = None,
     probe: Probe | None = None,
+    offsets_ns: Sequence[int] | None = None,
+    block_keys: Sequence[list[int] | None] | None = None,
 ) -> SimResult:
     """Run one level through a fresh engine; records are in send order.
 
@@ -242,6 +261,8 @@ def simulate_level(
             are drawn from ``workload`` (``input_len``/``output_len``/``range_ratio``/``seed``).
         probe: records what limited the engine step by step (``sim.probe``); the records are the
             same with or without it.
+        offsets_ns: a rate level's arrival times (a trace), request ``i`` at offset ``i``.
+        block_keys: request ``i``'s block keys for prefix caching (``sim.trace_keys``), or None.
     """
     level.validate()
     workload.validate()
@@ -253,7 +274,8 @@ def simulate_level(
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        driver = _Driver(config, level, workload, chunks=chunks, trace=trace, lengths=lengths, probe=probe)
+        driver = _Driver(config, level, workload, chunks=chunks, trace=trace, lengths=lengths, probe=probe,
+                         offsets_ns=offsets_ns, block_keys=block_keys)
         if probe is not None and isinstance(driver.engine, Engine):
             probe.snapshot(driver.engine)
         driver.run()

@@ -96,6 +96,10 @@ class _EngineCollector(Collector):
         yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", s.prompt_tokens_total)
         yield counter("vllm:generation_tokens", "Number of generation tokens processed.",
                       s.generation_tokens_total)
+        yield counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.",
+                      s.prefix_cache_queries)
+        yield counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+                      s.prefix_cache_hits)
         info = GaugeMetricFamily("vllm:cache_config_info", "Information of the KV cache config.",
                                  labels=["block_size", "num_gpu_blocks", "engine"])
         info.add_metric([str(s.block_size), str(s.num_gpu_blocks), "0"], 1.0)

@@ -75,14 +75,20 @@ class ReplicaSet:
         return min(range(len(self.replicas)), key=lambda i: (self.outstanding[i], i))
 
     def submit(self, prompt_tokens: int, max_tokens: int, *, arrival: float | None = None, worker: int = -1,
-               payload: object = None) -> SimRequest:
+               payload: object = None, block_hashes: list[int] | None = None) -> SimRequest:
         index = self._pick()
         req = self.replicas[index].submit(prompt_tokens, max_tokens, arrival=arrival if arrival is not None
-                                          else self.now, worker=worker, payload=payload)
+                                          else self.now, worker=worker, payload=payload, block_hashes=block_hashes)
         self.outstanding[index] += 1
         self.sent_to[index] += 1
         self._home[id(req)] = index
         return req
+
+    def set_block_hashes(self, req: SimRequest, block_hashes: list[int]) -> None:
+        """Prefix caching: each replica has a cache of its own, so a prefix is reused where it was sent."""
+        index = self._home.get(id(req))
+        if index is not None:
+            self.replicas[index].set_block_hashes(req, block_hashes)
 
     def abort(self, req: SimRequest) -> None:
         index = self._home.pop(id(req), None)
@@ -137,4 +143,5 @@ class ReplicaSet:
         return EngineState(max(p.now for p in parts), sum(p.running for p in parts), sum(p.waiting for p in parts),
                            used, blocks, parts[0].block_size, used / blocks if blocks else 0.0,
                            sum(p.preemptions for p in parts), sum(p.prompt_tokens_total for p in parts),
-                           sum(p.generation_tokens_total for p in parts))
+                           sum(p.generation_tokens_total for p in parts), sum(p.prefix_cache_queries for p in parts),
+                           sum(p.prefix_cache_hits for p in parts))

@@ -44,13 +44,16 @@ class EngineState(NamedTuple):
     preemptions: int
     prompt_tokens_total: int
     generation_tokens_total: int
+    prefix_cache_queries: int = 0   # tokens looked up in the prefix cache (first admissions)
+    prefix_cache_hits: int = 0      # of which found cached
 
 
 class SimRequest:
     """One request inside the engine. Times are virtual seconds."""
 
-    __slots__ = ("arrival", "base_g", "blocks", "computed", "end", "finish_g", "first_token", "key",
-                 "output", "payload", "preemptions", "prompt", "rid", "sent", "state", "times", "worker")
+    __slots__ = ("arrival", "base_g", "blocks", "computed", "end", "finish_g", "first_token", "hashes", "key",
+                 "output", "payload", "preemptions", "prompt", "registered", "rid", "sent", "shared", "state",
+                 "times", "worker")
 
     def __init__(self, rid: int, prompt: int, output: int, arrival: float, worker: int,
                  payload: object) -> None:
@@ -71,6 +74,11 @@ class SimRequest:
         self.end = -1.0
         self.preemptions = 0
         self.times: list[float] | None = None
+        # Prefix caching (``prefix_cache``): the chain keys of its full blocks, None when unknown;
+        # the keys of the blocks it holds through the cache; the blocks registered so far.
+        self.hashes: list[int] | None = None
+        self.shared: list[int] = []
+        self.registered = 0
 
 
 class StepPlan:

@@ -24,9 +24,11 @@ from plateau_bench.records import RequestRecord
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.level import simulate_level
 from plateau_bench.sim.probe import Probe, server_samples
+from plateau_bench.sim.trace_keys import trace_block_keys
 from plateau_bench.spec import LevelSpec, WorkloadSpec
 from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.units import NS
+from plateau_bench.workload.trace import load_trace
 
 
 def replay_precision(records: list[RequestRecord], rule: StopRule, workers: int,
@@ -75,12 +77,19 @@ class VirtualLevelRunner:
         self.check_s = check_s
         self.virtual_seconds = 0.0
         self._last: tuple[int, float] | None = None   # (concurrency, e2e p50 s) of the previous level
+        # --trace: every level replays it (at its time scale), with its lengths and shared blocks
+        self.trace = load_trace(workload.trace, limit=workload.trace_requests) if workload.trace else None
+        self._trace_keys = trace_block_keys(self.trace, config.block_size) if self.trace else None
 
     async def run_level(self, level: LevelSpec, *, label: str, on_record: Callable[[RequestRecord], None] | None,
                         stop_rule: StopRule | None) -> LevelRun:
         level = self._sized(level, stop_rule)
         probe = Probe(min(self.probe_s, self.scrape_s)) if self.metrics or self.keep_probes else None
-        result = simulate_level(self.config, level, self.workload, chunks=self.chunks, probe=probe)
+        trace = self.trace
+        result = simulate_level(
+            self.config, level, self.workload, chunks=self.chunks, probe=probe,
+            lengths=[(r.input_len, r.output_len) for r in trace.rows] if trace else None,
+            offsets_ns=trace.offsets_ns(level.time_scale or 1.0) if trace else None, block_keys=self._trace_keys)
         records = result.records
         cut_s: float | None = None
         if level.mode != "burst" and stop_rule is not None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import heapq
 
-from plateau_bench.sim.core import EngineCore
+from plateau_bench.sim.cached import PrefixCaching
 from plateau_bench.sim.request import DECODE, DONE, PREFILL, WAITING, SimRequest, StepPlan
 
 _INF = float("inf")
 
 
-class Scheduler(EngineCore):
+class Scheduler(PrefixCaching):
     """The planning half of ``engine.Engine``."""
 
     def _pull_arrivals(self) -> None:
@@ -59,6 +59,8 @@ class Scheduler(EngineCore):
             plan.dt += self._model.expert_time(n_decode + plan.prefill_tokens)
         if n_decode and not plan.prefills and not plan.preempted:
             self._extend_to_jump(plan, t_limit, kv_read)
+        if self._cache is not None:
+            self._trim_cache()
         return plan
 
     def _allocate_decode(self, plan: StepPlan) -> None:
@@ -119,6 +121,8 @@ class Scheduler(EngineCore):
                 return None
             req.blocks += new_blocks
             self._blocks_used += new_blocks
+            if req.hashes is not None:
+                self._register(req, computed + chunk)
             free -= new_blocks
             budget -= chunk
             prefills.append((req, chunk))
@@ -148,17 +152,26 @@ class Scheduler(EngineCore):
                 plan.blocked = "budget"
                 break
             req = waiting[0]
-            chunk = req.prompt + req.sent
-            if chunk > budget:
-                chunk = budget
-            blocks = -(-chunk // bs)
-            if blocks > free:
-                plan.blocked, plan.blocked_need = "kv", blocks
-                break
-            waiting.popleft()
+            if req.hashes is not None:
+                taken = self._admit_cached(req, budget, free)
+                if taken is None:
+                    plan.blocked, plan.blocked_need = "kv", self._need
+                    break
+                chunk, blocks, hit = taken
+                plan.kv_read += hit
+                waiting.popleft()
+            else:
+                chunk = req.prompt + req.sent
+                if chunk > budget:
+                    chunk = budget
+                blocks = -(-chunk // bs)
+                if blocks > free:
+                    plan.blocked, plan.blocked_need = "kv", blocks
+                    break
+                waiting.popleft()
+                req.computed = 0
+                req.blocks = blocks
             req.state = PREFILL
-            req.computed = 0
-            req.blocks = blocks
             free -= blocks
             budget -= chunk
             running[req.rid] = req
@@ -225,10 +238,10 @@ class Scheduler(EngineCore):
         if req.state == DECODE:
             computed = req.key + self._g
             self._leave_decode(req)
-            self._blocks_used -= -(-computed // self._bs)
+            self._blocks_used -= self._freed(req, -(-computed // self._bs), computed)
         else:
             self._prefilling.remove(req)
-            self._blocks_used -= req.blocks
+            self._blocks_used -= self._freed(req, req.blocks, req.computed)
         req.state = WAITING
         req.computed = 0
         req.blocks = 0

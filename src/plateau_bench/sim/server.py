@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,12 @@ from plateau_bench import __version__
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.engine import Engine, RequestRejected, SimRequest
 from plateau_bench.sim.faults import STREAM_FAULTS, Fault, FaultPicker, FaultSpec
+from plateau_bench.sim.prefix_cache import block_hashes
 from plateau_bench.sim.probe import Probe
 from plateau_bench.sim.prom import SimMetrics
 from plateau_bench.sim.replicas import ReplicaSet, parse_balancer
 from plateau_bench.sim.responses import Framing, Stream, stream_tokens, whole_answer
-from plateau_bench.sim.tokens import count_tokens, messages_text, prompt_text, token_ids
+from plateau_bench.sim.tokens import count_tokens, messages_text, output_text, prompt_text, token_ids
 
 _DEFAULT_COMPLETION_MAX_TOKENS = 16   # the OpenAI/vLLM default for /v1/completions
 # aiohttp listens with a backlog of 128: a burst of C=4096 new connections overflows it, and each
@@ -220,8 +222,10 @@ class SimServer:
         prompt = prompt_text(body)
         if prompt is None:
             return error_response(400, "`prompt` must be a string, a list with one string, or token ids.")
+        ids = prompt if isinstance(prompt, list) else None
         n_prompt = len(prompt) if isinstance(prompt, list) else count_tokens(prompt)
-        return await self._generate(request, body, n_prompt, chat=False)
+        return await self._generate(request, body, n_prompt, chat=False,
+                                    prompt_ids=(lambda: ids if ids is not None else token_ids(str(prompt))))
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await self._read_json(request)
@@ -230,7 +234,8 @@ class SimServer:
         text = messages_text(body.get("messages"))
         if text is None:
             return error_response(400, "`messages` must be a non-empty list of messages with text content.")
-        return await self._generate(request, body, count_tokens(text), chat=True)
+        return await self._generate(request, body, count_tokens(text), chat=True,
+                                    prompt_ids=lambda: token_ids(text))
 
     def _max_tokens(self, body: dict[str, Any], n_prompt: int, chat: bool) -> int | str:
         value = body.get("max_completion_tokens", body.get("max_tokens")) if chat else body.get("max_tokens")
@@ -241,7 +246,7 @@ class SimServer:
         return value
 
     async def _generate(self, request: web.Request, body: dict[str, Any], n_prompt: int, *,
-                        chat: bool) -> web.StreamResponse:
+                        chat: bool, prompt_ids: Callable[[], list[int]] | None = None) -> web.StreamResponse:
         max_tokens = self._max_tokens(body, n_prompt, chat)
         if isinstance(max_tokens, str):
             return error_response(400, max_tokens)
@@ -261,6 +266,11 @@ class SimServer:
             req = self.engine.submit(n_prompt, max_tokens, arrival=self._virtual_now())
         except RequestRejected as exc:
             return error_response(400, str(exc))
+        if prompt_ids is not None and self.config.prefix_caching:
+            # The answer's words are known from the request number: its blocks are cached too, so
+            # the next turn of a conversation (prompt + this answer + more) finds them.
+            ids = prompt_ids() + token_ids(output_text(req.rid, 0, max_tokens))
+            self.engine.set_block_hashes(req, block_hashes(ids, self.config.block_size))
         stream = Stream(req)
         self._streams[req.rid] = stream
         self._wake.set()

@@ -29,6 +29,7 @@ from plateau_bench.result import LevelResult, ResultFile, SloSummary
 from plateau_bench.roofline import Roofline
 from plateau_bench.spec import LevelSpec
 from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchPlan, SweepLimits
+from plateau_bench.sweep.trace_plan import TracePlan
 from plateau_bench.units import NS
 
 
@@ -163,7 +164,7 @@ def conclude(result: ResultFile, state: SweepState, plan: Plan, engine: str | No
                                       roofline=roofline)
             return
         plan = ConcurrencyPlan(mode=plan.mode, limits=plan.limits)
-    if isinstance(plan, RatePlan):
+    if isinstance(plan, RatePlan | TracePlan):   # open loops: given rates, or a trace at growing time scales
         result.rate_sweep = rate_summary(state.levels)
         result.verdict = diagnose(state.levels, engine=engine, open_loop=result.rate_sweep, roofline=roofline)
         return

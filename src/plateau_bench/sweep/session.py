@@ -18,6 +18,7 @@ import msgspec
 
 from plateau_bench.driver.pool import WorkerPool
 from plateau_bench.driver.runner import HttpLevelRunner
+from plateau_bench.driver.sessions import SessionPool
 from plateau_bench.driver.split import usable_cores
 from plateau_bench.driver.target import TargetInfo, discover, tokenize_remote, wait_ready
 from plateau_bench.errors import ConfigError
@@ -49,10 +50,14 @@ from plateau_bench.store import (
 )
 from plateau_bench.sweep.loop import SweepObserver, SweepState, conclude, run_sweep, stop_rule_for
 from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchPlan, Step, SweepLimits
+from plateau_bench.sweep.trace_plan import TracePlan
 from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.telemetry.scraper import default_metrics_url
 from plateau_bench.workload.prompts import Prompt, synthesize
+from plateau_bench.workload.sessions import build_sessions
 from plateau_bench.workload.tokens import LocalTokenizer, choose_counter
+from plateau_bench.workload.trace import load_trace
+from plateau_bench.workload.trace_prompts import trace_prompts
 
 MAX_PROMPTS = 4096
 
@@ -66,6 +71,8 @@ class Prepared:
     accuracy: dict[str, Scalar] = field(default_factory=dict)
     twin: TwinInfo | None = None
     count_tokens: Callable[[str], int] | None = None
+    sessions: SessionPool | None = None   # multi-turn conversations, when --sessions is given
+    schedule_ns: list[int] | None = None  # a trace's send offsets (time scale 1), when --trace is given
 
 
 @contextlib.asynccontextmanager
@@ -98,8 +105,21 @@ async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int, *,
         return await tokenize_remote(target, info.model, text)
 
     counter = await choose_counter(workload.tokenizer, count_remote if info.tokenize else None)
-    built = await synthesize(workload, min(max(n_prompts, 1), MAX_PROMPTS), counter=counter)
     count_tokens = counter.count_text if isinstance(counter, LocalTokenizer) else None
+    if workload.trace is not None:
+        trace = load_trace(workload.trace, limit=workload.trace_requests)
+        built = await trace_prompts(trace, counter=counter, seed=workload.seed)
+        accuracy = msgspec.convert(built.accuracy, dict[str, Scalar])
+        return Prepared(target, info, built.prompts, built.token_source, accuracy, twin, count_tokens,
+                        schedule_ns=trace.offsets_ns())
+    if workload.sessions:
+        sessions = await build_sessions(workload, counter=counter)
+        pool = SessionPool(sessions, chat=target.endpoint == "chat", think_time_s=workload.think_time_s,
+                           header=workload.session_header)
+        first = [c.first_prompt() for c in sessions.conversations]
+        accuracy = msgspec.convert(sessions.accuracy, dict[str, Scalar])
+        return Prepared(target, info, first, sessions.token_source, accuracy, twin, count_tokens, pool)
+    built = await synthesize(workload, min(max(n_prompts, 1), MAX_PROMPTS), counter=counter)
     accuracy = msgspec.convert(built.accuracy, dict[str, Scalar])
     return Prepared(target, info, built.prompts, built.token_source, accuracy, twin, count_tokens)
 
@@ -191,7 +211,7 @@ def _new_result(kind: ResultKind, spec: RunSpec, prepared: Prepared) -> ResultFi
 
 
 async def measure(prepared: Prepared, workload: WorkloadSpec,
-                  plan: ConcurrencyPlan | RatePlan | SloSearchPlan | LevelSpec, *,
+                  plan: ConcurrencyPlan | RatePlan | SloSearchPlan | TracePlan | LevelSpec, *,
                   out_dir: Path | None, metrics_url: str | None, metrics_required: bool,
                   observer: SweepObserver, progress: Callable[[], LevelProgress | None],
                   existing: Existing = "refuse", gpu_metrics_urls: Sequence[str] = (),
@@ -213,11 +233,14 @@ async def measure(prepared: Prepared, workload: WorkloadSpec,
     the_plan: Plan = _OneLevel(plan) if isinstance(plan, LevelSpec) else plan
     limits = plan.limits if not isinstance(plan, LevelSpec) else None
     rule = stop_rule_for(limits) if limits else None
+    if (workers is not None or ray is not None) and (prepared.sessions is not None or prepared.schedule_ns):
+        raise ConfigError("--workers and --ray drive single-turn load; multi-turn sessions and trace replay run "
+                          "in one process for now: drop --workers/--ray")
     async with _load_pool(prepared, workload, workers, ray, workers_per_node) as pool:
         runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
                                  metrics_required=metrics_required, count_tokens=prepared.count_tokens,
                                  progress=progress, seed=workload.seed, gpu_metrics_urls=gpu_metrics_urls,
-                                 pool=pool)
+                                 pool=pool, sessions=prepared.sessions, schedule_ns=prepared.schedule_ns)
         return await _run_and_save(prepared, spec, runner, the_plan, limits, rule, observer, out_dir, existing,
                                    previous, single, roofline)
 

@@ -25,6 +25,7 @@ Keys of the result: ``<gauge>_mean``, ``<gauge>_max``, ``<gauge>_min``, ``<count
 ``<counter>_rate`` (per second), ``<static>``, and ``samples`` (samples inside the window).
 For llama.cpp, ``busy_slots_per_decode_window`` = busy slots / decode calls over the window: the
 mean decoding batch, where the server's own gauge averages over its whole lifetime.
+``prefix_cache_hit_rate``: the share of prompt tokens the server found cached (``prefix_cache_hit_rate``).
 """
 
 from __future__ import annotations
@@ -167,5 +168,22 @@ def summarize(samples: Sequence[TelemetrySample], start_ns: int, end_ns: int) ->
     calls = values.get("decode_calls_delta")
     if calls and "busy_slots_total_delta" in values:
         values["busy_slots_per_decode_window"] = values["busy_slots_total_delta"] / calls
+    hit_rate = prefix_cache_hit_rate(values)
+    if hit_rate is not None:
+        values["prefix_cache_hit_rate"] = hit_rate
     values["samples"] = float(sum(1 for s in samples if start_ns <= s.t_ns <= end_ns))
     return TelemetrySummary(engine=engine, values=values)
+
+
+def prefix_cache_hit_rate(values: dict[str, float]) -> float | None:
+    """The share of prompt tokens found in the prefix cache over the window.
+
+    vLLM: cached tokens over looked-up tokens (``prefix_cache_hits`` / ``prefix_cache_queries``, both
+    counters); SGLang: its ``cache_hit_rate`` gauge, time-averaged. llama.cpp states none on
+    ``/metrics`` (see ``analysis.level`` for the estimate from its evaluated-token counter).
+    """
+    queries = values.get("prefix_cache_queries_delta")
+    if queries:
+        return min(1.0, max(0.0, values.get("prefix_cache_hits_delta", 0.0) / queries))
+    sglang = values.get("cache_hit_rate_mean")
+    return min(1.0, max(0.0, sglang)) if sglang is not None else None

@@ -2,7 +2,8 @@
 
 from plateau_bench.workload.arrivals import arrival_offsets_ns, iter_arrival_offsets_ns
 from plateau_bench.workload.dataset import DatasetEntry, load_dataset
-from plateau_bench.workload.prompts import Prompt, Workload, build_prompts, sample_lengths, synthesize
+from plateau_bench.workload.lengths import LengthSampler, sample_lengths
+from plateau_bench.workload.prompts import Prompt, Workload, build_prompts, synthesize
 from plateau_bench.workload.tokens import (
     TOKEN_SOURCE_SERVER_TOKENIZER,
     CountRemote,
@@ -18,6 +19,7 @@ __all__ = [
     "CountRemote",
     "DatasetEntry",
     "EstimateCounter",
+    "LengthSampler",
     "LocalTokenizer",
     "Prompt",
     "RemoteCounter",

@@ -1,8 +1,7 @@
 """The prompts of a run: synthetic with exact lengths, or read from a dataset.
 
-Lengths: with ``--range-ratio r`` each prompt's input and output lengths are drawn uniformly from
-the integers in ``[int(len * (1 - r)), int(len * (1 + r))]`` (at least 1), as vLLM's random
-dataset does; ``r = 0`` gives every prompt the same lengths.
+Lengths: fixed, spread by ``--range-ratio`` under a ``--length-convention``, or drawn from a
+distribution; see ``lengths``.
 
 Determinism: one ``numpy`` generator seeded with ``--seed`` draws, in this order, the input
 lengths, the output lengths, then the text. The same seed and the same tokenizer (or the same
@@ -23,6 +22,8 @@ import numpy as np
 
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.workload.dataset import load_dataset
+from plateau_bench.workload.lengths import LengthSampler
+from plateau_bench.workload.prefixes import shared_prefixes
 from plateau_bench.workload.tokenized import exact_texts
 from plateau_bench.workload.tokens import LocalTokenizer, RemoteCounter, TokenCounter
 from plateau_bench.workload.wordtext import estimate_texts, remote_texts
@@ -35,6 +36,7 @@ class Prompt:
     text: str
     prompt_tokens: int
     output_tokens: int
+    prefix_group: int = -1   # which shared prefix it starts with (--prefix-groups), -1: none
 
 
 @dataclass(frozen=True)
@@ -46,24 +48,29 @@ class Workload:
     accuracy: dict[str, Any] = field(default_factory=dict)
 
 
-def sample_lengths(rng: np.random.Generator, mean: int, ratio: float, n: int) -> list[int]:
-    """``n`` integers uniform in ``[int(mean*(1-ratio)), int(mean*(1+ratio))]``, each >= 1."""
-    lo = max(1, int(mean * (1.0 - ratio)))
-    hi = max(lo, int(mean * (1.0 + ratio)))
-    return [int(x) for x in rng.integers(lo, hi + 1, n)]
-
-
 async def synthesize(workload: WorkloadSpec, n: int, *, counter: TokenCounter) -> Workload:
     """Build ``n`` prompts (fewer if a dataset has fewer; the load loop reuses them cyclically)."""
     workload.validate()
     rng = np.random.default_rng(workload.seed)
     if workload.dataset:
         return await _from_dataset(workload, n, counter, rng)
-    inputs = sample_lengths(rng, workload.input_len, workload.range_ratio, n)
-    outputs = sample_lengths(rng, workload.output_len, workload.range_ratio, n)
+    inputs, outputs = LengthSampler(workload, rng).draw(n)
+    texts, counts, accuracy = await make_texts(counter, inputs, rng)
+    groups: list[int] = [-1] * len(texts)
+    if workload.prefix_groups:
+        shared = await shared_prefixes(counter, workload.prefix_groups, workload.prefix_len, rng, make_texts)
+        texts, counts, groups = shared.attach(texts, counts, rng)
+        accuracy = {**accuracy, **shared.accuracy}
+    prompts = [Prompt(t, c, o, g) for t, c, o, g in zip(texts, counts, outputs, groups, strict=True)]
+    return Workload(prompts, counter.source, accuracy)
+
+
+async def make_texts(counter: TokenCounter, targets: list[int],
+                     rng: np.random.Generator) -> tuple[list[str], list[int], dict[str, Any]]:
+    """Texts of ``targets`` tokens each, their counts, and how exact the counts are."""
     accuracy: dict[str, Any]
     if isinstance(counter, LocalTokenizer):
-        exact = exact_texts(counter, inputs, rng)
+        exact = exact_texts(counter, targets, rng)
         texts, counts = exact.texts, exact.counts
         accuracy = {
             "method": "token ids, exact by construction" if exact.rounds == 0
@@ -75,12 +82,11 @@ async def synthesize(workload: WorkloadSpec, n: int, *, counter: TokenCounter) -
             "candidate_tokens": exact.candidates,
         }
     elif isinstance(counter, RemoteCounter):
-        texts, counts, accuracy = await remote_texts(counter, inputs, rng)
+        texts, counts, accuracy = await remote_texts(counter, targets, rng)
     else:
-        texts, counts = estimate_texts(inputs, rng), inputs
+        texts, counts = estimate_texts(targets, rng), list(targets)
         accuracy = {"method": "words, one token per word expected"}
-    prompts = [Prompt(t, c, o) for t, c, o in zip(texts, counts, outputs, strict=True)]
-    return Workload(prompts, counter.source, accuracy)
+    return texts, counts, accuracy
 
 
 async def _from_dataset(

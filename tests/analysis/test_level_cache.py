@@ -1,0 +1,32 @@
+"""The prefix-cache hit rate on a level's result: llama.cpp's, estimated from what it evaluated."""
+
+from __future__ import annotations
+
+from plateau_bench.analysis.level import build_level
+from plateau_bench.level_run import LevelRun
+from plateau_bench.records import RequestRecord
+from plateau_bench.spec import LevelSpec
+from plateau_bench.telemetry.samples import TelemetrySample
+
+S = 1_000_000_000
+
+
+def _run(engine: str, raw: list[dict[str, float]]) -> LevelRun:
+    records = [RequestRecord(index=i, worker=0, scheduled_ns=i * S // 10, sent_ns=i * S // 10,
+                             first_token_ns=i * S // 10 + 1000, end_ns=i * S // 10 + 2000, prompt_tokens=100,
+                             output_tokens=4) for i in range(10)]
+    samples = [TelemetrySample(t_ns=t, engine=engine, values=v) for t, v in zip((0, S), raw, strict=True)]
+    return LevelRun(level=LevelSpec(mode="burst", concurrency=1, num_requests=10), label="C=1", records=records,
+                    server_samples=samples, engine=engine)
+
+
+def test_llamacpp_hit_rate_is_one_minus_evaluated_over_sent_prompt_tokens() -> None:
+    # 10 requests of 100 prompt tokens; the server evaluated 250 of those 1,000 (its cache reused the rest)
+    level = build_level(_run("llamacpp", [{"prompt_tokens": 0.0}, {"prompt_tokens": 250.0}]))
+    assert level.telemetry.prefix_cache_hit_rate is not None
+    assert abs(level.telemetry.prefix_cache_hit_rate - 0.75) < 0.03
+
+
+def test_vllm_states_its_own_and_no_estimate_is_made_without_counters() -> None:
+    level = build_level(_run("vllm", [{"prompt_tokens": 0.0}, {"prompt_tokens": 250.0}]))
+    assert level.telemetry.prefix_cache_hit_rate is None

@@ -118,6 +118,55 @@ class SimLevelInfo(msgspec.Struct, frozen=True, kw_only=True):
     virtual_end_s: float = 0.0
 
 
+class Interval(msgspec.Struct, frozen=True, kw_only=True):
+    """A between-repeat confidence interval: Student-t over the repeats' values (``analysis.repeats``)."""
+
+    mean: float
+    low: float | None = None       # None with fewer than two repeats
+    high: float | None = None
+    stdev: float | None = None     # sample standard deviation of the repeats' values
+    n: int = 1
+
+
+class RepeatFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """One repeat of a level (``--repeat``): its key figures; its records carry the same ``repeat``."""
+
+    repeat: int                    # 1 = the level's own figures; records and telemetry are tagged with it
+    started_at: str | None = None
+    num_requests: int = 0
+    completed: int = 0
+    failed: int = 0
+    hung: int = 0
+    level_failed: bool = False     # its figures cannot stand: left out of the intervals
+    duration_s: float = 0.0
+    benchmark_s: float | None = None
+    output_throughput: float = 0.0
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    e2e_p50_ms: float | None = None
+    e2e_p99_ms: float | None = None
+
+
+class RepeatStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Between-run intervals over a level's repeats that stand (``level_failed`` ones left out)."""
+
+    n: int                         # repeats counted
+    confidence: float = 0.95
+    output_throughput: Interval | None = None
+    ttft_p50_ms: Interval | None = None
+    ttft_p99_ms: Interval | None = None
+    tpot_p50_ms: Interval | None = None
+    tpot_p99_ms: Interval | None = None
+    itl_p50_ms: Interval | None = None
+    itl_p99_ms: Interval | None = None
+    e2e_p50_ms: Interval | None = None
+    e2e_p99_ms: Interval | None = None
+
+
 class LevelResult(msgspec.Struct, kw_only=True):
     """Every metric of one load level. Keys are a contract: scripts read them from result.json."""
 
@@ -173,6 +222,9 @@ class LevelResult(msgspec.Struct, kw_only=True):
     gpu_metrics: GpuMetrics | None = None    # DCGM exporters, when --gpu-metrics-url was given
     benchmark_s: float | None = None         # seconds of load spent (virtual time for the twin)
     sim: SimLevelInfo | None = None
+    # --repeat N: every repeat's figures (the first is this level's own) and the intervals over them
+    repeats: list[RepeatFigures] = msgspec.field(default_factory=list)
+    repeat_stats: RepeatStats | None = None
 
 
 class Plateau(msgspec.Struct, frozen=True):
@@ -368,6 +420,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     sweep: SweepSettings | None = None
     level: LevelSpec | None = None
     sim: SimSpec | None = None
+    repeat: int = 1                # --repeat: each level measured this many times, in interleaved rounds
 
 
 class TargetRecord(msgspec.Struct, kw_only=True):

@@ -57,6 +57,8 @@ Out = Annotated[Path | None, typer.Option("--out", help="Result directory (resul
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No live view.", rich_help_panel=OUTPUT)]
 Json = Annotated[bool, typer.Option("--json", help="Print the machine summary (JSON) only.",
                                     rich_help_panel=OUTPUT)]
+Repeat = Annotated[int, typer.Option("--repeat", help="Measure each level N times, in interleaved rounds over "
+                                     "the levels; report between-run 95 % intervals.", rich_help_panel=OUTPUT)]
 Preset = Annotated[str, typer.Option("--preset", help="Twin preset when no --url is given.", rich_help_panel=TWIN)]
 SimSpeed = Annotated[float, typer.Option("--sim-speed", help="Twin clock speed-up when no --url is given.",
                                          rich_help_panel=TWIN)]

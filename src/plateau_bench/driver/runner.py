@@ -122,6 +122,7 @@ class HttpLevelRunner:
         label: str,
         on_record: Callable[[RequestRecord], None] | None,
         stop_rule: StopRule | None,
+        repeat: int = 1,
     ) -> LevelRun:
         progress = self.progress()
         if progress is not None and stop_rule is not None:
@@ -154,7 +155,7 @@ class HttpLevelRunner:
                                                         progress, finish, t0))
             try:
                 await run_level(sender, self.prompts, level, t0_ns=t0, on_record=collect, stop=abort,
-                                finish=finish, seed=self.seed, progress=load_progress)
+                                finish=finish, seed=self.seed + repeat - 1, progress=load_progress)
             finally:
                 monitor.cancel()
                 health_samples = await health.stop()

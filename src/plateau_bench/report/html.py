@@ -29,6 +29,7 @@ import msgspec
 from plateau_bench.analysis.timeseries import level_series
 from plateau_bench.errors import ConfigError
 from plateau_bench.report import plots
+from plateau_bench.report.repeats import repeat_table_html
 from plateau_bench.report.tables import COLUMNS, ReportRun, format_cell, load_runs
 from plateau_bench.result import LevelResult
 from plateau_bench.store import kept_attempts, load_requests, load_telemetry
@@ -294,7 +295,7 @@ def render_html(runs: Sequence[ReportRun]) -> str:
         out.append(f"<h2>Against the hardware</h2><figure>{svg}<figcaption>{_esc(ROOFLINE_CAPTION)}"
                    "</figcaption></figure>")
     out.append("<h2>Levels</h2>")
-    out += _per_run(runs, lambda run, _: _level_table(run))
+    out += _per_run(runs, lambda run, _: _level_table(run) + repeat_table_html(run.levels))
     out.append("<h2>Levels over time</h2><p class=\"sub\">In-flight requests, output tokens per second "
                "(1 s buckets) and, when scraped, the server's running and waiting requests and KV cache "
                "usage. Shaded: the measurement window.</p>")

@@ -77,10 +77,12 @@ class VirtualLevelRunner:
         self._last: tuple[int, float] | None = None   # (concurrency, e2e p50 s) of the previous level
 
     async def run_level(self, level: LevelSpec, *, label: str, on_record: Callable[[RequestRecord], None] | None,
-                        stop_rule: StopRule | None) -> LevelRun:
+                        stop_rule: StopRule | None, repeat: int = 1) -> LevelRun:
         level = self._sized(level, stop_rule)
         probe = Probe(min(self.probe_s, self.scrape_s)) if self.metrics or self.keep_probes else None
-        result = simulate_level(self.config, level, self.workload, chunks=self.chunks, probe=probe)
+        workload = self.workload if repeat == 1 else msgspec.structs.replace(
+            self.workload, seed=self.workload.seed + repeat - 1)
+        result = simulate_level(self.config, level, workload, chunks=self.chunks, probe=probe)
         records = result.records
         cut_s: float | None = None
         if level.mode != "burst" and stop_rule is not None:

@@ -21,11 +21,13 @@ repeat fails as a whole; a sweep stopped by its error rate gets none.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from plateau_bench.analysis.convergence import PrecisionRule
 from plateau_bench.analysis.diagnosis import diagnose
 from plateau_bench.analysis.level import build_level
 from plateau_bench.analysis.open_loop import rate_summary
@@ -35,7 +37,7 @@ from plateau_bench.analysis.slo import goodput, level_meets, violations
 from plateau_bench.analysis.slo_boundary import slo_boundary
 from plateau_bench.level_run import LevelRun, LevelRunner, StopRule
 from plateau_bench.records import RequestRecord
-from plateau_bench.result import LevelResult, ResultFile, SloSummary
+from plateau_bench.result import LevelResult, ResultFile, SearchSettings, SloSummary
 from plateau_bench.roofline import Roofline
 from plateau_bench.spec import LevelSpec
 from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchPlan, SweepLimits
@@ -115,7 +117,8 @@ async def run_sweep(
     """
     attempts = dict(attempts) if attempts is not None else {lv.label: lv.attempt for lv in previous}
     state = SweepState(levels=[lv for lv in previous if not damaged(lv)])
-    ctx = _Context(runner, stop_rule, on_level, on_record, observer, state, limits)
+    ctx = _Context(runner, stop_rule, on_level, on_record, observer, state, limits,
+                   plan.search if isinstance(plan, ConcurrencyPlan) and plan.concurrencies is None else None)
     while True:
         step = plan.next(state.levels)
         if step.level is None:
@@ -159,6 +162,7 @@ class _Context:
     observer: SweepObserver | None
     state: SweepState
     limits: SweepLimits
+    search: SearchSettings | None = None
 
 
 async def _repeat_rounds(ctx: _Context, used: dict[tuple[str, int], int]) -> None:
@@ -197,10 +201,27 @@ def saved_spec(level: LevelResult, limits: SweepLimits) -> LevelSpec:
     return LevelSpec(mode="steady", concurrency=level.concurrency, duration_s=t, warmup=w)
 
 
-async def _run_one(ctx: _Context, spec: LevelSpec, label: str, attempt: int,
-                   repeat: int) -> tuple[LevelRun, LevelResult]:
+def _decision_rule(ctx: _Context, spec: LevelSpec, phase: str) -> StopRule | None:
+    """A growing level only has to show it beats its doubling partner by more than the plateau gain:
+    the precision rule with that bar (``analysis.convergence``), when a partner was measured."""
+    rule, search = ctx.stop_rule, ctx.search
+    if phase != "grow" or spec.mode != "steady" or search is None or not isinstance(rule, PrecisionRule):
+        return rule
+    c = spec.concurrency or 0
+    partners = [lv for lv in ctx.state.levels if lv.concurrency and 2 * lv.concurrency <= c
+                and lv.mode == "steady" and not damaged(lv)]
+    if not partners:
+        return rule
+    partner = max(partners, key=lambda lv: lv.concurrency or 0)
+    bar = partner.output_throughput * (1 + search.plateau_gain + (partner.throughput_ci_rel or 0.0))
+    return dataclasses.replace(rule, clear_above=bar)
+
+
+async def _run_one(ctx: _Context, spec: LevelSpec, label: str, attempt: int, repeat: int,
+                   rule: StopRule | None = None) -> tuple[LevelRun, LevelResult]:
     """Measure one level once: the run and its figures (nothing saved, nothing added to the state)."""
     on_record = ctx.on_record
+    rule = rule if rule is not None else ctx.stop_rule
 
     def record_cb(r: RequestRecord) -> None:
         if on_record is not None:
@@ -208,7 +229,7 @@ async def _run_one(ctx: _Context, spec: LevelSpec, label: str, attempt: int,
 
     started = time.monotonic()
     run = await ctx.runner.run_level(spec, label=label, on_record=record_cb, repeat=repeat,
-                                     stop_rule=None if spec.mode == "burst" else ctx.stop_rule)
+                                     stop_rule=None if spec.mode == "burst" else rule)
     level = build_level(run)
     if ctx.limits.slos:
         lo, hi = level.window_start_s * NS, level.window_end_s * NS
@@ -223,7 +244,7 @@ async def _measure(ctx: _Context, spec: LevelSpec, label: str, phase: str, attem
     """A level of the plan: measured, kept in the state and persisted."""
     if ctx.observer is not None:
         ctx.observer.level_started(spec, phase)
-    run, level = await _run_one(ctx, spec, label, attempt, 1)
+    run, level = await _run_one(ctx, spec, label, attempt, 1, _decision_rule(ctx, spec, phase))
     ctx.state.specs[label] = spec
     level.phase = phase
     level.gain = _gain(level, ctx.state.levels)

@@ -48,8 +48,9 @@ def dense_grid(top: int = 4096) -> tuple[int, ...]:
 
 def run(case: str, plan: ConcurrencyPlan, steady_s: float = 60.0) -> tuple[float, ResultFile, int]:
     preset, inl, outl = CASES[case]
+    # Gauges sampled once a second: what a /metrics scrape sees (the records do not depend on it).
     runner = VirtualLevelRunner(get_preset(preset), WorkloadSpec(input_len=inl, output_len=outl), steady_s=steady_s,
-                                metrics=True)
+                                metrics=True, scrape_s=1.0, probe_s=1.0)
     state, result = asyncio.run(run_plan(runner, plan))
     return state.spent_s, result, len(state.levels)
 

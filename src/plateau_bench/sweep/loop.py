@@ -181,6 +181,8 @@ async def _repeat_rounds(ctx: _Context, used: dict[tuple[str, int], int]) -> Non
             key = (lv.label, lv.attempt)
             repeat = max(used.get(key, 1), *(f.repeat for f in lv.repeats)) + 1
             used[key] = repeat
+            if ctx.observer is not None:   # the live view shows the repeat's progress, not a new level
+                ctx.observer.level_started(spec, f"repeat {round_no} of {ctx.limits.repeat}")
             run, measured = await _run_one(ctx, spec, lv.label, lv.attempt, repeat)
             add_repeat(lv, repeat_figures(measured, repeat))
             if ctx.on_level is not None:

@@ -1,11 +1,14 @@
-"""What makes a steady sweep cheaper, on the twin in virtual time: growing levels that end after one
-turnover when their growth is unambiguous, and no second flat doubling past a cap the server reports."""
+"""What makes a steady sweep cheaper, on the twin (virtual time, and serve-sim over HTTP): growing levels
+that end after one turnover when their growth is unambiguous, and no second flat doubling past a cap the
+server reports."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import msgspec
+import pytest
 
 from plateau_bench.result import LevelResult, ResultFile
 from plateau_bench.sim.presets import get_preset
@@ -56,3 +59,28 @@ def test_a_cap_the_server_reports_needs_one_flat_doubling_only_the_client_two() 
     assert summary.plateau is not None and summary.plateau.reached and summary.plateau.concurrency == CAP
     assert client_summary.plateau is not None and client_summary.plateau.concurrency == CAP
     assert with_metrics.spent_s < client_only.spent_s
+
+
+@pytest.mark.slow  # two real-time sweeps over HTTP, ~20 s each on two cores
+def test_over_http_the_scraped_gauges_spare_the_second_doubling(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from plateau_bench.cli import app
+    from plateau_bench.sim.embed import start_sim_server
+    from plateau_bench.store import load_result
+
+    cap = 16
+    measured: dict[bool, set[int | None]] = {}
+    for metrics in (True, False):
+        out = tmp_path / f"metrics-{metrics}"
+        with start_sim_server(get_preset("tiny").with_overrides(max_num_seqs=cap), metrics=metrics) as twin:
+            flags = ["sweep", "--url", twin.url, "--out", str(out), "--min-level-time", "1s", "--max-level-time",
+                     "3s", "--input-len", "32", "--output-len", "64", "--quiet"]
+            result = CliRunner().invoke(app, [*flags, *([] if metrics else ["--no-metrics"])])
+        assert result.exit_code == 0, result.output
+        saved = load_result(out)
+        assert saved.plateau is not None and saved.plateau.concurrency == cap
+        assert saved.verdict is not None and saved.verdict.constraint == "admission_cap"
+        measured[metrics] = {lv.concurrency for lv in saved.levels}
+    assert 2 * cap in measured[True] and 4 * cap not in measured[True]
+    assert 4 * cap in measured[False]

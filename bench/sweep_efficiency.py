@@ -1,6 +1,7 @@
 """How much load the adaptive sweep spends to find the plateau and the knee, against the classic grid.
 
-For twin presets with a known ceiling, in virtual time, side by side:
+For twin presets with a known ceiling, each with a workload (input/output tokens), in virtual time,
+side by side:
 
 * the adaptive sweep (steady levels stopped by the precision rule, and the same search in burst mode),
 * the seeds' way: a fixed grid in burst mode at 1, 256, 512, 768, 1024, 2048,
@@ -8,9 +9,16 @@ For twin presets with a known ceiling, in virtual time, side by side:
   are taken as the truth.
 
 Benchmark-seconds are seconds of load against the server (virtual time here: what the same sweep
-would cost on the real deployment the preset models). Prints figures and ratios; asserts nothing.
+would cost on the real deployment the preset models). The twin publishes its gauges as ``/metrics``
+would (``plateau sweep`` scrapes them by default). Prints figures and ratios; asserts nothing.
 
-    .venv/bin/python bench/sweep_efficiency.py [--presets seed-a-tp8ep,seed-b-fp4,compute-bound]
+Cases: the two reference runs' engines with their workloads (``seed-a-tp8ep`` 128/512 and
+``seed-b-fp4`` 128/128, ``reference/seed-runs.md``), Run B's engine with 1,024-token outputs
+(``seed-b-long``: requests eight times longer, so every level's turnover and drain are too),
+``compute-bound`` (no cap), and ``llama-8b-h100`` with 512/256 (a roofline-derived Llama-3.1-8B on one
+H100 whose KV cache fills before its admission cap; see ``sim.presets``).
+
+    .venv/bin/python bench/sweep_efficiency.py [--cases seed-a-tp8ep,seed-b-fp4,...]
 """
 
 from __future__ import annotations
@@ -26,7 +34,10 @@ from plateau_bench.spec import WorkloadSpec
 from plateau_bench.sweep.loop import run_plan
 from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
 
-WORKLOADS = {"seed-a-tp8ep": (128, 512), "seed-b-fp4": (128, 128), "compute-bound": (128, 128)}
+# case -> (preset, input tokens, output tokens)
+CASES = {"seed-a-tp8ep": ("seed-a-tp8ep", 128, 512), "seed-b-fp4": ("seed-b-fp4", 128, 128),
+         "seed-b-long": ("seed-b-fp4", 128, 1024), "compute-bound": ("compute-bound", 128, 128),
+         "llama-8b-h100": ("llama-8b-h100", 512, 256)}
 GRID = (1, 256, 512, 768, 1024, 2048)
 
 
@@ -35,9 +46,11 @@ def dense_grid(top: int = 4096) -> tuple[int, ...]:
     return tuple(v for v in values if v <= top)
 
 
-def run(preset: str, plan: ConcurrencyPlan, steady_s: float = 60.0) -> tuple[float, ResultFile, int]:
-    inl, outl = WORKLOADS.get(preset, (128, 128))
-    runner = VirtualLevelRunner(get_preset(preset), WorkloadSpec(input_len=inl, output_len=outl), steady_s=steady_s)
+def run(case: str, plan: ConcurrencyPlan, steady_s: float = 60.0) -> tuple[float, ResultFile, int]:
+    preset, inl, outl = CASES[case]
+    # Gauges sampled once a second: what a /metrics scrape sees (the records do not depend on it).
+    runner = VirtualLevelRunner(get_preset(preset), WorkloadSpec(input_len=inl, output_len=outl), steady_s=steady_s,
+                                metrics=True, scrape_s=1.0, probe_s=1.0)
     state, result = asyncio.run(run_plan(runner, plan))
     return state.spent_s, result, len(state.levels)
 
@@ -54,13 +67,13 @@ def steady(concurrencies: tuple[int, ...] | None = None) -> ConcurrencyPlan:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--presets", default=",".join(WORKLOADS))
+    parser.add_argument("--cases", default=",".join(CASES))
     args = parser.parse_args()
-    print(f"{'preset':<14} {'method':<22} {'levels':>6} {'bench-s':>8} {'vs grid':>8} {'plateau':>9} {'err':>7} "
+    print(f"{'case':<14} {'method':<22} {'levels':>6} {'bench-s':>8} {'vs grid':>8} {'plateau':>9} {'err':>7} "
           f"{'knee':>7} {'bracket':>12} {'knee err':>9}")
-    for preset in args.presets.split(","):
+    for case in args.cases.split(","):
         started = time.perf_counter()
-        truth_s, truth, truth_n = run(preset, steady(dense_grid()), steady_s=120)
+        truth_s, truth, truth_n = run(case, steady(dense_grid()), steady_s=120)
         t_plateau, t_knee, _ = fmt(truth)
         rows = [
             ("dense steady (truth)", steady(dense_grid()), 120.0),
@@ -70,15 +83,15 @@ def main() -> None:
         ]
         grid_s = None
         for name, spec, steady_s in rows:
-            spent, summary, n = (truth_s, truth, truth_n) if name.startswith("dense") else run(preset, spec, steady_s)
+            spent, summary, n = (truth_s, truth, truth_n) if name.startswith("dense") else run(case, spec, steady_s)
             if name.startswith("fixed"):
                 grid_s = spent
             plateau, knee, bracket = fmt(summary)
             ratio = f"{spent / grid_s:.2f}x" if grid_s else "-"
-            print(f"{preset:<14} {name:<22} {n:>6} {spent:>8.0f} {ratio:>8} {plateau:>9,.0f} "
+            print(f"{case:<14} {name:<22} {n:>6} {spent:>8.0f} {ratio:>8} {plateau:>9,.0f} "
                   f"{(plateau / t_plateau - 1) if t_plateau else 0:>+7.1%} {knee:>7.0f} {bracket:>12} "
                   f"{(knee / t_knee - 1) if t_knee else 0:>+9.1%}")
-        print(f"{'':<14} (wall time for this preset: {time.perf_counter() - started:.1f} s)")
+        print(f"{'':<14} (wall time for this case: {time.perf_counter() - started:.1f} s)")
 
 
 if __name__ == "__main__":

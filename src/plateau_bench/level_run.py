@@ -75,8 +75,13 @@ class StopRule(Protocol):
 
 
 class LevelRunner(Protocol):
-    """Runs one level; per-request failures are on the records, never raised."""
+    """Runs one level; per-request failures are on the records, never raised.
+
+    ``repeat`` (``--repeat``) numbers the measurements of the same level: repeat ``k`` draws its
+    randomness (arrival schedule; on the twin the request lengths too) from ``seed + k - 1``, so
+    repeats are distinct draws and the same sweep gives the same repeats again.
+    """
 
     async def run_level(self, level: LevelSpec, *, label: str,
                         on_record: Callable[[RequestRecord], None] | None,
-                        stop_rule: StopRule | None) -> LevelRun: ...
+                        stop_rule: StopRule | None, repeat: int = 1) -> LevelRun: ...

@@ -21,6 +21,11 @@ from typing import Literal
 
 import msgspec
 
+from plateau_bench.result_parts import Interval as Interval  # re-exported: part of the result tree
+from plateau_bench.result_parts import RepeatFigures as RepeatFigures
+from plateau_bench.result_parts import RepeatStats as RepeatStats
+from plateau_bench.result_parts import RooflineLevel as RooflineLevel
+from plateau_bench.result_parts import RooflinePlacement as RooflinePlacement
 from plateau_bench.spec import LevelSpec, WorkloadSpec
 
 SCHEMA_VERSION = 2
@@ -228,6 +233,9 @@ class LevelResult(msgspec.Struct, kw_only=True):
     sim: SimLevelInfo | None = None
     worker_clocks: list[WorkerClock] = msgspec.field(default_factory=list)   # --ray: each worker's clock offset
     turns: list[TurnMetrics] = msgspec.field(default_factory=list)   # per turn index, with --sessions
+    # --repeat N: every repeat's figures (the first is this level's own) and the intervals over them
+    repeats: list[RepeatFigures] = msgspec.field(default_factory=list)
+    repeat_stats: RepeatStats | None = None
 
 
 class Plateau(msgspec.Struct, frozen=True):
@@ -242,36 +250,6 @@ class Knee(msgspec.Struct, frozen=True):
     throughput: float              # knee_fraction * plateau
     bracket: tuple[int, int]       # measured levels around it
     reached: bool
-
-
-class RooflineLevel(msgspec.Struct, frozen=True, kw_only=True):
-    """One measured level against the hardware's decode ceiling at its batch."""
-
-    label: str
-    batch: float                   # decoding sequences (the server's running gauge, else the client's count)
-    output_throughput: float
-    ceiling_tok_s: float
-    share: float                   # measured / ceiling
-
-
-class RooflinePlacement(msgspec.Struct, frozen=True, kw_only=True):
-    """Where the plateau sits against the roofline (``--roofline``; see ``analysis.roofline_place``)."""
-
-    model: str
-    hardware: str                  # "8x H100-SXM, TP=8, EP=8, FP8 weights"
-    batch: float                   # the decoding batch at the plateau's best level
-    batch_source: str              # server | client | little (output tok/s x TPOT)
-    context_tokens: float          # mean context a decoding sequence attends to (measured lengths)
-    ceiling_tok_s: float           # the roofline's decode ceiling at that batch
-    share: float                   # plateau throughput / ceiling (0.31 = 31 %)
-    binding: str                   # weights | kv | compute | interconnect | overhead: what would bind there
-    kv_capacity_tokens: int        # the KV cache the memory left after weights holds
-    kv_sequences: int              # ... in sequences of the measured context
-    text: str
-    levels: list[RooflineLevel] = msgspec.field(default_factory=list)
-    curve: list[tuple[float, float]] = msgspec.field(default_factory=list)   # (batch, ceiling tok/s), for plots
-    what_if_ceiling_tok_s: float | None = None   # the ceiling at the what-if's batch
-    what_if_capped: bool = False                 # the what-if predicted more and was lowered to the ceiling
 
 
 class Verdict(msgspec.Struct):
@@ -425,6 +403,7 @@ class RunSpec(msgspec.Struct, frozen=True, kw_only=True):
     sweep: SweepSettings | None = None
     level: LevelSpec | None = None
     sim: SimSpec | None = None
+    repeat: int = 1                # --repeat: each level measured this many times, in interleaved rounds
 
 
 class TargetRecord(msgspec.Struct, kw_only=True):

@@ -6,13 +6,20 @@ Layout of ``--out DIR``::
                      (credentials redacted), target, one entry per finished level, and for sweeps
                      plateau/knee/stop reason/verdict. Rewritten atomically (temp file + rename)
                      after every level.
-    requests.jsonl   one line per finished request: the RequestRecord, its level label and attempt.
+    requests.jsonl   one line per finished request: the RequestRecord, its level label, attempt and
+                     repeat (``--repeat``).
                      Appended as requests finish and flushed at least once a second.
     telemetry.jsonl  one line per telemetry sample (server /metrics, GPUs, client health), per level.
 
 A crash or Ctrl-C therefore keeps every finished request and every finished level. A level measured
 again (``--resume`` re-measures damaged levels) gets the next attempt number; readers keep only the
 attempt the result's level names, so an interrupted attempt's records never count.
+
+Repeats (``--repeat N``) are not attempts: every repeat of a level's kept attempt stands, and each
+request and telemetry line names its repeat (1 when absent). A level's own figures are its first
+repeat's, so the readers keep repeat 1 unless asked for another (``repeat=None``: all of them); the
+other repeats' figures are in the level's ``repeats``. A repeat interrupted by a crash is measured
+again under the next repeat number, so its partial records never mix with a finished one.
 
 An existing result directory is never silently replaced: a writer refuses it unless told to resume
 or to overwrite. A full disk or a vanished directory ends the run with one line (``ResultsError``);
@@ -54,6 +61,7 @@ class RequestLine(msgspec.Struct, kw_only=True):
     level: str
     record: RequestRecord
     attempt: int = 1
+    repeat: int = 1
 
 
 def host_info() -> HostInfo:
@@ -126,8 +134,9 @@ class ResultWriter:
         self.flush()
 
     # -- streaming writes -------------------------------------------------------------
-    def add_request(self, level: str, record: RequestRecord, attempt: int = 1) -> None:
-        self._write(self._requests, _encoder.encode(RequestLine(level=level, record=record, attempt=attempt)))
+    def add_request(self, level: str, record: RequestRecord, attempt: int = 1, repeat: int = 1) -> None:
+        line = RequestLine(level=level, record=record, attempt=attempt, repeat=repeat)
+        self._write(self._requests, _encoder.encode(line))
         now = time.monotonic()
         if now - self._last_flush >= 1.0:
             self._flush_streams()
@@ -138,9 +147,13 @@ class ResultWriter:
             self.add_request(level, r, attempt)
         self._flush_streams()
 
-    def add_telemetry(self, level: str, sample: TelemetrySample | HealthSample, attempt: int = 1) -> None:
+    def add_telemetry(self, level: str, sample: TelemetrySample | HealthSample, attempt: int = 1,
+                      repeat: int = 1) -> None:
         flat = sample.to_line() if isinstance(sample, TelemetrySample) else msgspec.to_builtins(sample)
-        self._write(self._telemetry, _encoder.encode({"level": level, "attempt": attempt, **flat}))
+        tags: dict[str, object] = {"level": level, "attempt": attempt}
+        if repeat != 1:
+            tags["repeat"] = repeat
+        self._write(self._telemetry, _encoder.encode({**tags, **flat}))
 
     def _write(self, fh: Any, data: bytes) -> None:
         try:
@@ -245,18 +258,21 @@ def _request_lines(path: str | Path) -> Iterator[RequestLine]:
                 continue
 
 
-def load_requests(path: str | Path, level: str | None = None,
-                  attempts: dict[str, int] | None = None) -> dict[str, list[RequestRecord]]:
+def load_requests(path: str | Path, level: str | None = None, attempts: dict[str, int] | None = None,
+                  repeat: int | None = 1) -> dict[str, list[RequestRecord]]:
     """Request records grouped by level label (optionally one level).
 
     ``attempts`` (label -> attempt kept in result.json, see ``kept_attempts``) drops the records of
-    attempts that were measured again; without it every line counts.
+    attempts that were measured again; without it every attempt counts. ``repeat``: the records of
+    that repeat only (by default the first, whose figures the level shows); None: every repeat.
     """
     out: dict[str, list[RequestRecord]] = {}
     for item in _request_lines(path):
         if level is not None and item.level != level:
             continue
         if attempts is not None and attempts.get(item.level, 1) != item.attempt:
+            continue
+        if repeat is not None and item.repeat != repeat:
             continue
         out.setdefault(item.level, []).append(item.record)
     return out
@@ -270,13 +286,24 @@ def attempts_on_disk(path: str | Path) -> dict[str, int]:
     return out
 
 
+def repeats_on_disk(path: str | Path) -> dict[tuple[str, int], int]:
+    """(label, attempt) -> the highest repeat that wrote request records (an interrupted one included)."""
+    out: dict[tuple[str, int], int] = {}
+    for item in _request_lines(path):
+        key = (item.level, item.attempt)
+        out[key] = max(out.get(key, 0), item.repeat)
+    return out
+
+
 def kept_attempts(result: ResultFile) -> dict[str, int]:
     """label -> the attempt whose figures result.json keeps."""
     return {lv.label: lv.attempt for lv in result.levels}
 
 
-def load_telemetry(path: str | Path, attempts: dict[str, int] | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Telemetry lines grouped by level label (only the kept attempts with ``attempts``)."""
+def load_telemetry(path: str | Path, attempts: dict[str, int] | None = None,
+                   repeat: int | None = 1) -> dict[str, list[dict[str, Any]]]:
+    """Telemetry lines grouped by level label (only the kept attempts with ``attempts``; ``repeat`` as
+    in ``load_requests``)."""
     file = Path(path) / TELEMETRY_FILE
     out: dict[str, list[dict[str, Any]]] = {}
     if not file.exists():
@@ -291,6 +318,8 @@ def load_telemetry(path: str | Path, attempts: dict[str, int] | None = None) -> 
                 continue
             label = str(item.get("level", ""))
             if attempts is not None and attempts.get(label, 1) != item.get("attempt", 1):
+                continue
+            if repeat is not None and item.get("repeat", 1) != repeat:
                 continue
             out.setdefault(label, []).append(item)
     return out

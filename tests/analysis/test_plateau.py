@@ -113,3 +113,33 @@ def test_search_finds_any_cap(cap: int, jitter: float) -> None:
     assert cap / 2 <= pl.concurrency <= 2 * cap
     knee = find_knee(pts, pl)
     assert knee.bracket[0] <= cap
+
+
+def _level_point(c: int, tok_s: float, decoding: float, achieved: float, running: float | None,
+                 waiting: float | None = None, kv: float | None = None) -> Point:
+    return Point(c, tok_s, 0.01, decoding=decoding, achieved=achieved, running_max=running, waiting_mean=waiting,
+                 kv_usage_max=kv)
+
+
+def test_a_capped_doubling_confirms_the_plateau_without_a_second_one() -> None:
+    from plateau_bench.analysis.plateau import capped as is_capped
+
+    below = [Point(c, 15.0 * c, 0.01, decoding=c, achieved=c, running_max=c, waiting_mean=0.0)
+             for c in (1, 2, 4, 8, 16, 32, 64, 128)]
+    at_cap = _level_point(256, 3980.0, 250.0, 256.0, 256.0, 0.0, 0.2)
+    past = _level_point(512, 3985.0, 251.0, 510.0, 256.0, 250.0, 0.2)
+    pts = [*below, at_cap, past]
+    assert is_capped(at_cap, past)
+    d = next_concurrency(pts, SearchConfig())
+    assert d.phase == "refine"        # no C=1024: the server showed it admits no more
+    plateau = find_plateau(pts)
+    assert plateau is not None and plateau.reached and plateau.concurrency == 256
+    # Without the server's gauges, or with a full KV cache, or with the batch still growing, it measures
+    # the second doubling as before.
+    for other in (_level_point(512, 3985.0, 251.0, 510.0, None),
+                  _level_point(512, 3985.0, 251.0, 510.0, 256.0, 250.0, 0.99),
+                  _level_point(512, 3985.0, 300.0, 510.0, 300.0, 200.0, 0.2),
+                  _level_point(512, 3985.0, 251.0, 300.0, 256.0, 40.0, 0.2)):
+        assert not is_capped(at_cap, other)
+        d = next_concurrency([*below, at_cap, other], SearchConfig())
+        assert (d.concurrency, d.phase) == (1024, "confirm")

@@ -122,7 +122,8 @@ def test_compare_json_matches_the_pure_function(two_runs: tuple[Path, Path],
 # Every key `plateau compare --json` prints, by path ([] an array's items, * a map keyed by run name).
 # Scripts read these: a change here is a change of the published output.
 COMPARE_JSON_KEYS: dict[str, set[str]] = {
-    "": {"runs", "aligned", "pairs", "slo", "users", "gpu_cost_per_hour", "warnings"},
+    "": {"runs", "aligned", "pairs", "slo", "users", "gpu_cost_per_hour", "warnings", "repeats"},
+    "repeats[]": {"runs", "confidence", "levels", "cannot_tell"},
     "runs[]": {"name", "levels", "plateau", "knee", "best", "gpus", "tok_s_per_gpu", "cost_per_mtok",
                "slo_cost_per_mtok"},
     "runs[].levels[]": {"concurrency", "output_throughput"},
@@ -183,7 +184,8 @@ def test_table_shows_the_chosen_levels_plateau_and_knee(tmp_path: Path) -> None:
     text = console.export_text()
     assert "C=1" in text and "C=16" in text and "C=256" in text
     assert "plateau" in text and "knee" in text
-    assert comparison_lines(comp) == ["No crossover over C=1..256: b leads throughout."]
+    assert comparison_lines(comp) == ["No crossover over C=1..256: b leads throughout.",
+                                      NO_REPEATS.format(a="a", b="b")]
 
 
 def test_workload_difference_is_warned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -283,11 +285,16 @@ def test_table_with_cost_columns_golden() -> None:
     ]
 
 
+NO_REPEATS = ("Real or noise ({a} vs {b}): cannot tell: {a} and {b} have no repeats, so there is no between-run "
+              "spread to test a difference against (measure with --repeat 3 or more).")
+
+
 def test_comparison_lines_golden() -> None:
     comp = compare_runs(_capped_and_wide(), [parse_slo("ttft_p99=1s"), parse_slo("ttft_p99=10ms")], gpu_cost=2.0,
                         gpus=[1, 2], response_tokens=101, target_latency_s=3.0)
     assert comparison_lines(comp) == [
         "Crossover: big overtakes fast at C~25.4 (between measured 16 and 32; 1,600 tok/s, 63.0 tok/s per user).",
+        NO_REPEATS.format(a="fast", b="big"),
         "Under ttft_p99<=1s: fast serves up to C=16 (1,600 tok/s), big up to C=4 (240 tok/s) -> fast.",
         "Under ttft_p99<=10ms: fast meets it at no measured level, big meets it at no measured level -> none.",
         "Cost per 1M output tokens at $2/GPU-hour: fast (1 GPUs) $0.35 at its plateau, $0.35 at its best level "
@@ -300,7 +307,8 @@ def test_comparison_lines_golden() -> None:
 def test_lines_for_ties_disjoint_ranges_and_warnings() -> None:
     same = [_level(c, 100.0 * c) for c in (1, 2, 4)]
     tie = compare_runs([RunData("a", tuple(same)), RunData("b", tuple(same))])
-    assert comparison_lines(tie) == ["No crossover: a and b deliver the same throughput over C=1..4."]
+    assert comparison_lines(tie) == ["No crossover: a and b deliver the same throughput over C=1..4.",
+                                     NO_REPEATS.format(a="a", b="b")]
     apart = compare_runs([RunData("lo", (_level(1, 1.0), _level(2, 2.0))),
                           RunData("hi", (_level(8, 3.0), LevelResult(label="C=16", mode="steady", concurrency=16,
                                                                      output_throughput=4.0)))])
@@ -308,6 +316,7 @@ def test_lines_for_ties_disjoint_ranges_and_warnings() -> None:
         "Warning: the load modes differ (lo=burst, hi=burst/steady): burst and steady-state levels are not like "
         "for like.",
         "No crossover: lo and hi share no measured concurrency range.",
+        "Real or noise (lo vs hi): cannot tell: the runs share no measured level.",
     ]
     at_least = compare_runs(_capped_and_wide(), response_tokens=2, target_latency_s=3600.0)
     assert comparison_lines(at_least)[-1].endswith(": fast >=64, big >=64 -> fast.")

@@ -112,11 +112,12 @@ def test_starved_load_generator_is_named_first(tmp_path: Path, monkeypatch: pyte
     # A load generator that cannot keep up: 8 ms of CPU on its event loop for every finished request.
     original = ResultWriter.add_request
 
-    def slow_add_request(self: ResultWriter, level: str, record: RequestRecord, attempt: int = 1) -> None:
+    def slow_add_request(self: ResultWriter, level: str, record: RequestRecord, attempt: int = 1,
+                         repeat: int = 1) -> None:
         until = time.perf_counter() + 0.008
         while time.perf_counter() < until:
             pass
-        original(self, level, record, attempt)
+        original(self, level, record, attempt, repeat)
 
     monkeypatch.setattr(ResultWriter, "add_request", slow_add_request)
     config = get_preset("tiny").with_overrides(max_num_seqs=256)

@@ -29,6 +29,10 @@ of p90s bounds the p90 of the sum from above, so the estimate errs on the safe s
 largest concurrency whose estimate meets the target, interpolated in ``log2(C)`` between the
 last level that meets it and the next, is the number of users the run serves.
 
+**Repeats.** For each pair, per level both measured and per figure, Welch's t test over the runs'
+repeats says whether the difference is real at 95 % or within the between-run noise; without repeats
+in a run it says it cannot tell (``analysis.repeats``).
+
 **The result** is a tree of msgspec Structs whose field names are the keys ``plateau compare
 --json`` prints: the JSON is ``msgspec.json.encode(comparison)``, nothing is converted by hand.
 """
@@ -45,6 +49,7 @@ import msgspec
 
 from plateau_bench.analysis.crossover import Curve, PairResult, find_crossovers
 from plateau_bench.analysis.plateau import SearchConfig, plateau_and_knee
+from plateau_bench.analysis.repeats import RepeatComparison, compare_repeats
 from plateau_bench.analysis.slo import STATS, Slo, goodput, level_meets
 from plateau_bench.errors import ConfigError, ResultsError
 from plateau_bench.records import RequestRecord
@@ -263,6 +268,7 @@ class Comparison(msgspec.Struct, frozen=True, kw_only=True):
     users: UsersQuery | None = None
     gpu_cost_per_hour: float | None = None
     warnings: tuple[str, ...] = ()
+    repeats: tuple[RepeatComparison, ...] = ()   # one per pair of runs: real differences or noise
 
     @property
     def names(self) -> list[str]:
@@ -381,5 +387,7 @@ def compare_runs(
                            winner=top.run if top.users > 0 else None, runs=served)
 
     pairs = tuple(find_crossovers(a, b) for a, b in combinations(curves, 2))
+    repeats = tuple(compare_repeats((ra.name, rb.name), ra.levels, rb.levels) for ra, rb in combinations(runs, 2))
     return Comparison(runs=summaries, aligned=tuple(align(curves)), pairs=pairs, slo=tuple(slo_results),
-                      users=users, gpu_cost_per_hour=gpu_cost, warnings=tuple(workload_differences(runs)))
+                      users=users, gpu_cost_per_hour=gpu_cost, warnings=tuple(workload_differences(runs)),
+                      repeats=repeats)

@@ -7,9 +7,17 @@ Vocabulary (all pure functions of measured points ``(concurrency, throughput, ci
   two levels (the root-sum-square of their relative 95 % confidence half-widths). Noise thus
   widens the threshold: a 4 % gain measured at +-3 % is not growth.
 * The **plateau** is confirmed by two consecutive flat doublings (the first one proposes it, the
-  next one confirms it; a confirmation that grows again cancels it). Its throughput is the mean
-  of the levels within ``plateau_gain`` of the best level at or above the first flat level
-  (robust to a curve that falls after its peak).
+  next one confirms it; a confirmation that grows again cancels it), or by one flat doubling that
+  shows the server refusing the extra load (**capped**), seen from both sides: the upper level's
+  decoding concurrency (requests past their first token, Little's law) is no higher than the lower
+  level's while a third or more of its requests in flight waited for a first token, and the server's
+  own gauges (``/metrics``) show the same running maximum at both levels, requests waiting, and a KV
+  cache not full (a full cache can thrash, and then a further doubling may fall). The server then
+  runs the same batch at both levels, so a further doubling can only lengthen its queue: it is not
+  measured. Without the server's gauges the second flat doubling is measured: from the client alone
+  it is the evidence that tells a cap from a cache that fills (``diagnosis_cap``).
+  Its throughput is the mean of the levels within ``plateau_gain`` of the best level at or above the
+  first flat level (robust to a curve that falls after its peak).
 * The **knee** is the smallest concurrency whose throughput reaches ``knee_fraction`` (95 %) of
   the plateau, interpolated linearly in log2(concurrency) between the two measured levels that
   bracket it. ``bracket`` names those levels; refinement (geometric bisection) narrows it.
@@ -34,6 +42,11 @@ class Point:
     throughput: float
     ci_rel: float | None = None
     failed: bool = False
+    decoding: float | None = None   # decoding concurrency (requests past their first token)
+    achieved: float | None = None   # achieved concurrency (requests in flight)
+    running_max: float | None = None   # the server's gauges (/metrics), when scraped
+    waiting_mean: float | None = None
+    kv_usage_max: float | None = None
 
 
 # The search settings are part of the saved result (``SweepSettings.search``).
@@ -65,6 +78,28 @@ def is_flat(lower: Point, upper: Point, plateau_gain: float) -> bool:
         return upper.throughput <= 0
     gain = upper.throughput / lower.throughput - 1.0
     return gain < plateau_gain + noise(lower, upper)
+
+
+# A capped doubling: the decoding batch grew by less than this share, and at least this share of the
+# requests in flight at the upper level had not yet got a first token.
+CAPPED_DECODING_GROWTH = 0.02
+CAPPED_WAITING_SHARE = 1 / 3
+KV_FULL = 0.95
+
+
+def capped(lower: Point, upper: Point) -> bool:
+    """Whether the doubling from ``lower`` to ``upper`` only added waiting requests (see the docstring)."""
+    if lower.decoding is None or upper.decoding is None or upper.achieved is None or lower.decoding <= 0:
+        return False
+    no_more_admitted = upper.decoding <= lower.decoding * (1 + CAPPED_DECODING_GROWTH)
+    waiting = upper.achieved - upper.decoding
+    client = no_more_admitted and waiting >= CAPPED_WAITING_SHARE * upper.achieved
+    lo_run, hi_run = lower.running_max, upper.running_max
+    if not client or lo_run is None or hi_run is None or lo_run <= 0:
+        return False
+    same_batch = abs(hi_run - lo_run) <= max(1.0, CAPPED_DECODING_GROWTH * lo_run)
+    kv_room = upper.kv_usage_max is None or upper.kv_usage_max < KV_FULL
+    return same_batch and (upper.waiting_mean or 0.0) > 0 and kv_room
 
 
 def _doubling_chain(points: Sequence[Point], start: int) -> list[Point]:
@@ -108,10 +143,11 @@ def find_plateau(points: Sequence[Point], plateau_gain: float = 0.05) -> Plateau
     top = [p for p in pts if p.concurrency >= start.concurrency]
     best = max(p.throughput for p in top)
     flat_top = [p for p in top if p.throughput >= best * (1 - plateau_gain)]
+    last_lower, last_upper, _ = pairs[-1]
     return Plateau(
         throughput=sum(p.throughput for p in flat_top) / len(flat_top),
         concurrency=start.concurrency,
-        reached=len(pairs) - first >= 2,
+        reached=len(pairs) - first >= 2 or capped(last_lower, last_upper),
         levels=tuple(p.concurrency for p in flat_top),
     )
 
@@ -142,7 +178,8 @@ def next_concurrency(points: Sequence[Point], cfg: SearchConfig) -> Decision:
     if not chain:
         return Decision(cfg.start, "grow", "first level")
     flat_steps = [is_flat(chain[i - 1], chain[i], cfg.plateau_gain) for i in range(1, len(chain))]
-    confirmed = any(flat_steps[i] and flat_steps[i + 1] for i in range(len(flat_steps) - 1))
+    confirmed = any(flat_steps[i] and flat_steps[i + 1] for i in range(len(flat_steps) - 1)) or (
+        bool(flat_steps) and flat_steps[-1] and capped(chain[-2], chain[-1]))
     if not confirmed:
         nxt = chain[-1].concurrency * 2
         proposed = bool(flat_steps) and flat_steps[-1]
@@ -174,7 +211,11 @@ def next_concurrency(points: Sequence[Point], cfg: SearchConfig) -> Decision:
 def point_of(level: LevelResult) -> Point:
     """A level as a point of the throughput curve."""
     return Point(concurrency=level.concurrency or 0, throughput=level.output_throughput,
-                 ci_rel=level.throughput_ci_rel, failed=level.level_failed)
+                 ci_rel=level.throughput_ci_rel, failed=level.level_failed,
+                 decoding=level.decoding_concurrency if level.completed else None,
+                 achieved=level.achieved_concurrency if level.completed else None,
+                 running_max=level.telemetry.running_max, waiting_mean=level.telemetry.waiting_mean,
+                 kv_usage_max=level.telemetry.kv_usage_max)
 
 
 def plateau_and_knee(levels: Sequence[LevelResult], search: SearchSettings) -> tuple[Plateau | None, Knee | None]:

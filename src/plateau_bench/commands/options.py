@@ -105,6 +105,8 @@ Ray = Annotated[str | None, typer.Option(
          "else its head's address). Needs plateau-bench[ray] on every node.", rich_help_panel=TARGET)]
 WorkersPerNode = Annotated[int | None, typer.Option(
     "--workers-per-node", help="--ray: load actors per node (default 1).", rich_help_panel=TARGET)]
+Repeat = Annotated[int, typer.Option("--repeat", help="Measure each level N times, in interleaved rounds over "
+                                     "the levels; report between-run 95 % intervals.", rich_help_panel=OUTPUT)]
 Preset = Annotated[str, typer.Option("--preset", help="Twin preset when no --url is given.", rich_help_panel=TWIN)]
 SimSpeed = Annotated[float, typer.Option("--sim-speed", help="Twin clock speed-up when no --url is given.",
                                          rich_help_panel=TWIN)]

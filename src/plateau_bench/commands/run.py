@@ -85,13 +85,16 @@ def run_cmd(
     overwrite: o.Overwrite = False,
     quiet: o.Quiet = False,
     as_json: o.Json = False,
+    repeat: o.Repeat = 1,
     preset: o.Preset = "tiny",
     sim_speed: o.SimSpeed = 1.0,
 ) -> None:
     """Measure one load level: a burst (num-requests = C), a steady closed loop, or an open-loop rate."""
+    from plateau_bench.sweep.plan import check_repeat
     from plateau_bench.sweep.session import measure as measure_level
     from plateau_bench.sweep.session import metrics_url_for, prepare, target_url
 
+    check_repeat(repeat)
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
     load_workers, ray_address, per_node = o.load_placement(workers, ray, workers_per_node)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer, length_convention,
@@ -122,7 +125,7 @@ def run_cmd(
                                            progress=lambda: view.progress,
                                            existing="overwrite" if overwrite else "refuse",
                                            gpu_metrics_urls=dcgm_urls, workers=load_workers, ray=ray_address,
-                                     workers_per_node=per_node)
+                                     workers_per_node=per_node, repeat=repeat)
         if as_json:
             typer.echo(msgspec.json.format(msgspec.json.encode(done.result.levels[0]), indent=2).decode())
         else:

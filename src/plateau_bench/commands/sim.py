@@ -11,8 +11,9 @@ from rich.table import Table
 
 from plateau_bench.aio import run as run_async
 from plateau_bench.commands import roofline_opts as r
-from plateau_bench.commands.options import Overwrite, wide_console, workload_spec
+from plateau_bench.commands.options import Overwrite, Repeat, wide_console, workload_spec
 from plateau_bench.errors import ConfigError
+from plateau_bench.report.repeats import repeat_table
 from plateau_bench.report.terminal import seed_line
 from plateau_bench.result import EngineSummary, LevelResult, RunSpec, SimSpec
 from plateau_bench.sim.replicas import parse_balancer
@@ -199,15 +200,18 @@ def sim_cmd(
     interconnect: r.Interconnect = None,
     efficiency: r.Efficiency = None,
     efficiency_from: r.EfficiencyFrom = None,
+    repeat: Repeat = 1,
 ) -> None:
     """Simulate load levels in virtual time (no GPU, no model): what if the cap were N?"""
     from plateau_bench.sim.presets import preset_summary
+    from plateau_bench.sweep.plan import check_repeat
     from plateau_bench.sweep.session import simulate
 
     if mode not in ("burst", "steady"):
         raise ConfigError(f"--mode must be burst or steady (got {mode!r})")
     workload = workload_spec(input_len, output_len, range_ratio, None, seed, None, length_convention, prefix_groups,
                              prefix_len, trace=trace, trace_requests=num_requests)
+    check_repeat(repeat)
     derived = Derived(model=model_config, gpu=gpu, gpu_spec=gpu_spec, gpus=gpus, tp=tp, ep=ep, dtype=dtype,
                       kv_dtype=kv_dtype, interconnect=interconnect, efficiency=efficiency,
                       efficiency_from=efficiency_from).engine(preset, workload.input_len, workload.output_len)
@@ -224,15 +228,17 @@ def sim_cmd(
     engine = msgspec.convert(preset_summary(config), EngineSummary)
     spec = RunSpec(workload=workload, sim=SimSpec(
         preset=preset, mode=mode, overrides=overrides, engine=engine, concurrency=levels_c,
-        num_requests=num_requests, duration_s=duration_s))
+        num_requests=num_requests, duration_s=duration_s), repeat=repeat)
     levels = (trace_levels(workload, time_scale) if trace is not None else
               [LevelSpec(mode=mode, concurrency=c, num_requests=num_requests,  # type: ignore[arg-type]
                          duration_s=duration_s) for c in levels_c])
     label = (f"simulated engine: {derived[1]}" if derived else f"simulated engine: preset {preset}") + (
         f" with {overrides}" if overrides else "")
     typer.echo(f"{label} (virtual time)")
-    run_async(simulate(config, workload, levels, spec, out_dir=out, chunks=chunks, observer=_PrintLevels(),
-                       existing="overwrite" if overwrite else "refuse"))
+    done = run_async(simulate(config, workload, levels, spec, out_dir=out, chunks=chunks, observer=_PrintLevels(),
+                              existing="overwrite" if overwrite else "refuse", repeat=repeat))
+    if repeat > 1:
+        wide_console().print(repeat_table(done.result.levels))
     if out is not None:
         typer.echo(f"results: {out}")
 

@@ -188,6 +188,7 @@ def sweep_cmd(
     overwrite: o.Overwrite = False,
     quiet: o.Quiet = False,
     as_json: o.Json = False,
+    repeat: o.Repeat = 1,
     preset: o.Preset = "tiny",
     sim_speed: o.SimSpeed = 1.0,
     roofline: r.RooflinePath = None,
@@ -207,7 +208,7 @@ def sweep_cmd(
                          max_level_s=parse_duration(max_level_time, "--max-level-time"), warmup=warmup,
                          slos=tuple(parse_slo(slo)) if slo else (),
                          budget_s=parse_duration(budget, "--budget") if budget else None,
-                         max_error_rate=max_error_rate)
+                         max_error_rate=max_error_rate, repeat=repeat, burstiness=burstiness)
     plan = (trace_plan(trace, time_scale, concurrency, rate, find, limits) if trace is not None
             else find_plan(find, mode, concurrency, rate, start, max_concurrency, start_rate, max_rate, resolution,
                            burstiness, limits) if find is not None

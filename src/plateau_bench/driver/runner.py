@@ -135,6 +135,7 @@ class HttpLevelRunner:
         label: str,
         on_record: Callable[[RequestRecord], None] | None,
         stop_rule: StopRule | None,
+        repeat: int = 1,
     ) -> LevelRun:
         progress = self.progress()
         if progress is not None and stop_rule is not None:
@@ -157,7 +158,7 @@ class HttpLevelRunner:
             await dcgm.start()
         watch = _Watch(level, stop_rule, collect.records, scraper, progress, finish, t0)
         try:
-            load = await (self._local(level, t0, collect, abort, finish, watch) if self.pool is None
+            load = await (self._local(level, t0, collect, abort, finish, watch, repeat) if self.pool is None
                           else self._pooled(self.pool, level, t0, collect, abort, finish, watch))
         finally:
             gpu_samples = await gpu.stop() if gpu is not None else []
@@ -172,7 +173,7 @@ class HttpLevelRunner:
             lost_workers=load.lost, worker_clocks=load.clocks)
 
     async def _local(self, level: LevelSpec, t0: int, collect: _Collector, abort: asyncio.Event,
-                     finish: asyncio.Event, watch: _Watch) -> PoolOutcome:
+                     finish: asyncio.Event, watch: _Watch, repeat: int = 1) -> PoolOutcome:
         """The load in this process: one client, one event loop."""
         # An unbounded open loop may need many connections; the pool opens them only as needed.
         width = level.concurrency or level.max_concurrency or 4096
@@ -186,7 +187,7 @@ class HttpLevelRunner:
             monitor = asyncio.create_task(watch.run(lambda: len(sender.in_flight), sender.complete_until_ns))
             try:
                 await run_level(sender, self.prompts, level, t0_ns=t0, on_record=collect, stop=abort,
-                                finish=finish, seed=self.seed, progress=load_progress,
+                                finish=finish, seed=self.seed + repeat - 1, progress=load_progress,
                                 offsets_ns=self._offsets(level),
                                 session_open=sessions.in_session if sessions is not None else None)
             finally:

@@ -17,6 +17,9 @@ from rich.text import Text
 
 from plateau_bench.analysis.compare import Comparison, SloResult
 from plateau_bench.analysis.crossover import PairResult
+from plateau_bench.analysis.repeats import RepeatComparison
+from plateau_bench.report.repeats import COLUMNS as REPEAT_COLUMNS
+from plateau_bench.report.repeats import interval_text
 from plateau_bench.store import RESULT_FILE
 
 MAX_COLUMNS = 6
@@ -142,11 +145,35 @@ def cost_line(comp: Comparison, gpu_cost: float) -> str:
     return f"Cost per 1M output tokens at ${gpu_cost:g}/GPU-hour: {'; '.join(parts)}."
 
 
+_METRIC_NAMES = {name: (head, unit) for head, name, unit in REPEAT_COLUMNS}
+
+
+def repeat_lines(rc: RepeatComparison) -> list[str]:
+    """Per level: which figures differ beyond the between-run noise (Welch, 95 %), or why it cannot tell."""
+    a, b = rc.runs
+    conf = f"{rc.confidence:.0%}"
+    if rc.cannot_tell is not None:
+        return [f"Real or noise ({a} vs {b}): cannot tell: {rc.cannot_tell}."]
+    out = []
+    for lv in rc.levels:
+        parts = []
+        for m in lv.metrics:
+            if m.a is None or m.b is None:
+                continue
+            head, unit = _METRIC_NAMES[m.metric]
+            parts.append(f"{head} {interval_text(m.a, unit)} vs {interval_text(m.b, unit)} {m.verdict}")
+        out.append(f"Real or noise at {lv.level} ({a} n={lv.repeats[0]}, {b} n={lv.repeats[1]}; Welch's t at "
+                   f"{conf}): {'; '.join(parts) if parts else 'no figure in common'}.")
+    return out
+
+
 def comparison_lines(comp: Comparison) -> list[str]:
     """One sentence per finding: crossovers, SLO capacity, cost, users at a latency target."""
     lines = [f"Warning: {w}." for w in comp.warnings]
     for pair in comp.pairs:
         lines.extend(pair_lines(pair))
+    for rc in comp.repeats:
+        lines.extend(repeat_lines(rc))
     lines.extend(slo_line(res) for res in comp.slo)
     if comp.gpu_cost_per_hour is not None:
         lines.append(cost_line(comp, comp.gpu_cost_per_hour))

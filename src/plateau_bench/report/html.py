@@ -30,6 +30,7 @@ from plateau_bench.analysis.timeseries import level_series
 from plateau_bench.errors import ConfigError
 from plateau_bench.report import plots
 from plateau_bench.report.html_turns import has_turns, turns_table
+from plateau_bench.report.repeats import repeat_table_html
 from plateau_bench.report.tables import COLUMNS, ReportRun, format_cell, load_runs
 from plateau_bench.result import LevelResult
 from plateau_bench.store import kept_attempts, load_requests, load_telemetry
@@ -295,7 +296,7 @@ def render_html(runs: Sequence[ReportRun]) -> str:
         out.append(f"<h2>Against the hardware</h2><figure>{svg}<figcaption>{_esc(ROOFLINE_CAPTION)}"
                    "</figcaption></figure>")
     out.append("<h2>Levels</h2>")
-    out += _per_run(runs, lambda run, _: _level_table(run))
+    out += _per_run(runs, lambda run, _: _level_table(run) + repeat_table_html(run.levels))
     if has_turns(runs):
         out.append("<h2>Turns of multi-turn sessions</h2><p class=\"sub\">Per level and turn index: the prompt "
                    "grows with the conversation's history; TTFT grows with it unless the prefix cache reuses it.</p>")

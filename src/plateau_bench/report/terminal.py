@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from plateau_bench.analysis.open_loop import LATENCY_DEPARTURE
+from plateau_bench.report.repeats import repeat_table, with_repeats
 from plateau_bench.result import (
     Knee,
     Latency,
@@ -211,6 +212,8 @@ def sweep_report(result: ResultFile, out_dir: str | None) -> RenderableType:
         parts.append(level_table(levels, title=f"{len(levels)} levels" +
                                  (" (burst mode: num-requests = C)" if burst else "")))
         parts.append(_plain(summary_sentence(levels, result.plateau, result.knee)))
+    if with_repeats(levels):
+        parts.append(repeat_table(levels))
     if result.slo_boundary is not None:
         parts.append(_plain(slo_boundary_sentence(result.slo_boundary)))
     elif result.slo is not None:
@@ -261,6 +264,8 @@ def run_report(result: ResultFile, out_dir: str | None) -> RenderableType:
     cache = cache_line(result)
     if cache is not None:
         parts.append(_plain(cache))
+    if with_repeats(result.levels):
+        parts.append(repeat_table(result.levels))
     parts.extend(_plain(f"Note: {n}") for n in level_notes(result.levels))
     if result.verdict is not None and result.verdict.constraint in ("load_generator", "errors"):
         parts.append(verdict_text(result.verdict))

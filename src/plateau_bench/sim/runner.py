@@ -82,12 +82,14 @@ class VirtualLevelRunner:
         self._trace_keys = trace_block_keys(self.trace, config.block_size) if self.trace else None
 
     async def run_level(self, level: LevelSpec, *, label: str, on_record: Callable[[RequestRecord], None] | None,
-                        stop_rule: StopRule | None) -> LevelRun:
+                        stop_rule: StopRule | None, repeat: int = 1) -> LevelRun:
         level = self._sized(level, stop_rule)
         probe = Probe(min(self.probe_s, self.scrape_s)) if self.metrics or self.keep_probes else None
         trace = self.trace
+        workload = self.workload if repeat == 1 else msgspec.structs.replace(
+            self.workload, seed=self.workload.seed + repeat - 1)
         result = simulate_level(
-            self.config, level, self.workload, chunks=self.chunks, probe=probe,
+            self.config, level, workload, chunks=self.chunks, probe=probe,
             lengths=[(r.input_len, r.output_len) for r in trace.rows] if trace else None,
             offsets_ns=trace.offsets_ns(level.time_scale or 1.0) if trace else None, block_keys=self._trace_keys)
         records = result.records

@@ -8,24 +8,36 @@ next one starts, so an interrupt or crash keeps every finished level.
 Resume: the saved levels are the plan's starting point, except damaged ones (the level failed, had no
 successful request, or the target went away): those are measured again under the next attempt
 number, and only the new attempt counts anywhere.
+
+Repeats (``--repeat N``): the plan runs as it would without them (round 1: a grid measures its list,
+an adaptive search decides its levels from these first measurements); then rounds 2..N measure every
+level the first round kept again, in the order it was measured, so each level's repeats are spread
+over the whole sweep and a drift in the server shows as spread rather than as a trend across levels.
+A repeat keeps the level's attempt and gets its own repeat number (records and telemetry are tagged
+with it); its figures join the level's ``repeats`` and the intervals (``analysis.repeats``). A
+resumed sweep continues the rounds where they stopped. The rounds stop when the budget is spent or a
+repeat fails as a whole; a sweep stopped by its error rate gets none.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from plateau_bench.analysis.convergence import PrecisionRule
 from plateau_bench.analysis.diagnosis import diagnose
 from plateau_bench.analysis.level import build_level
 from plateau_bench.analysis.open_loop import rate_summary
 from plateau_bench.analysis.plateau import plateau_and_knee
+from plateau_bench.analysis.repeats import add_repeat, repeat_figures
 from plateau_bench.analysis.slo import goodput, level_meets, violations
 from plateau_bench.analysis.slo_boundary import slo_boundary
 from plateau_bench.level_run import LevelRun, LevelRunner, StopRule
 from plateau_bench.records import RequestRecord
-from plateau_bench.result import LevelResult, ResultFile, SloSummary
+from plateau_bench.result import LevelResult, ResultFile, SearchSettings, SloSummary
 from plateau_bench.roofline import Roofline
 from plateau_bench.spec import LevelSpec
 from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchPlan, SweepLimits
@@ -39,6 +51,8 @@ class SweepState:
     spent_s: float = 0.0
     stop_reason: str = ""
     slo_max: LevelResult | None = None
+    halted: bool = False       # stopped by the budget or the error rate: no repeat rounds
+    specs: dict[str, LevelSpec] = field(default_factory=dict)   # label -> the spec the plan gave
 
 
 class SweepObserver(Protocol):
@@ -46,8 +60,8 @@ class SweepObserver(Protocol):
     def level_finished(self, level: LevelResult) -> None: ...
 
 
-OnLevel = Callable[[LevelRun, LevelResult], None]
-OnRecord = Callable[[str, int, RequestRecord], None]   # label, attempt, record
+OnLevel = Callable[[LevelRun, LevelResult, int], None]   # the run, the level as kept, the run's repeat
+OnRecord = Callable[[str, int, int, RequestRecord], None]   # label, attempt, repeat, record
 
 
 def damaged(level: LevelResult) -> bool:
@@ -94,60 +108,157 @@ async def run_sweep(
     observer: SweepObserver | None = None,
     previous: Sequence[LevelResult] = (),
     attempts: Mapping[str, int] | None = None,
+    repeats_used: Mapping[tuple[str, int], int] | None = None,
 ) -> SweepState:
     """Run the sweep; ``on_level`` persists each finished level before the next one starts.
 
     ``attempts`` (label -> highest attempt already used, an interrupted one included) numbers the
-    levels measured again; by default the saved levels' own attempts.
+    levels measured again; by default the saved levels' own attempts. ``repeats_used`` ((label,
+    attempt) -> highest repeat already used) does the same for the repeats.
     """
     attempts = dict(attempts) if attempts is not None else {lv.label: lv.attempt for lv in previous}
     state = SweepState(levels=[lv for lv in previous if not damaged(lv)])
+    ctx = _Context(runner, stop_rule, on_level, on_record, observer, state, limits,
+                   plan.search if isinstance(plan, ConcurrencyPlan) and plan.concurrencies is None else None)
     while True:
         step = plan.next(state.levels)
         if step.level is None:
             state.stop_reason = step.reason
             break
-        next_s = state.levels[-1].wall_s if step.level.mode == "burst" and state.levels else limits.min_level_s
-        if limits.budget_s is not None and state.spent_s + next_s > limits.budget_s:
-            state.stop_reason = f"budget of {limits.budget_s:g}s spent ({state.spent_s:.0f}s used)"
+        if _over_budget(step.level, state, limits):
             break
-        level = await _measure(runner, step.level, step.label, step.phase, attempts.get(step.label, 0) + 1,
-                               stop_rule, on_record, observer, state, limits)
-        if on_level is not None:
-            on_level(*level)
-        reason = _error_stop(level[1], limits) or _slo_stop(level[1], step.phase, limits, state)
+        level = await _measure(ctx, step.level, step.label, step.phase, attempts.get(step.label, 0) + 1)
+        reason = _error_stop(level, limits)
+        if reason:
+            state.stop_reason, state.halted = reason, True
+            break
+        reason = _slo_stop(level, step.phase, limits, state)
         if reason:
             state.stop_reason = reason
             break
+    if limits.repeat > 1 and not state.halted:
+        await _repeat_rounds(ctx, dict(repeats_used or {}))
     return state
 
 
-async def _measure(runner: LevelRunner, spec: LevelSpec, label: str, phase: str, attempt: int,
-                   stop_rule: StopRule | None, on_record: OnRecord | None, observer: SweepObserver | None,
-                   state: SweepState, limits: SweepLimits) -> tuple[LevelRun, LevelResult]:
-    if observer is not None:
-        observer.level_started(spec, phase)
+def _over_budget(spec: LevelSpec, state: SweepState, limits: SweepLimits, extra: str = "",
+                 again: LevelResult | None = None) -> bool:
+    """Whether the next level (``again``: a repeat of that level) would overrun ``--budget``."""
+    last = again or (state.levels[-1] if state.levels else None)
+    next_s = last.wall_s if spec.mode == "burst" and last is not None else limits.min_level_s
+    if limits.budget_s is None or state.spent_s + next_s <= limits.budget_s:
+        return False
+    spent = f"budget of {limits.budget_s:g}s spent ({state.spent_s:.0f}s used)"
+    state.stop_reason = f"{state.stop_reason}; {extra}{spent}" if extra else spent
+    state.halted = True
+    return True
+
+
+@dataclass
+class _Context:
+    runner: LevelRunner
+    stop_rule: StopRule | None
+    on_level: OnLevel | None
+    on_record: OnRecord | None
+    observer: SweepObserver | None
+    state: SweepState
+    limits: SweepLimits
+    search: SearchSettings | None = None
+
+
+async def _repeat_rounds(ctx: _Context, used: dict[tuple[str, int], int]) -> None:
+    """Rounds 2..N over the levels the first round kept (see the module docstring)."""
+    levels = list(ctx.state.levels)
+    for lv in levels:
+        if not lv.repeats:
+            add_repeat(lv, repeat_figures(lv, 1))
+    for round_no in range(2, ctx.limits.repeat + 1):
+        for lv in levels:
+            if damaged(lv) or len(lv.repeats) >= round_no:
+                continue
+            spec = ctx.state.specs.get(lv.label) or saved_spec(lv, ctx.limits)
+            if _over_budget(spec, ctx.state, ctx.limits, f"repeats stopped in round {round_no}: ", again=lv):
+                return
+            key = (lv.label, lv.attempt)
+            repeat = max(used.get(key, 1), *(f.repeat for f in lv.repeats)) + 1
+            used[key] = repeat
+            if ctx.observer is not None:   # the live view shows the repeat's progress, not a new level
+                ctx.observer.level_started(spec, f"repeat {round_no} of {ctx.limits.repeat}")
+            run, measured = await _run_one(ctx, spec, lv.label, lv.attempt, repeat)
+            add_repeat(lv, repeat_figures(measured, repeat))
+            if ctx.on_level is not None:
+                ctx.on_level(run, lv, repeat)
+            if damaged(measured):
+                ctx.state.stop_reason += f"; repeats stopped: repeat {repeat} of {lv.label} failed"
+                return
+
+
+def saved_spec(level: LevelResult, limits: SweepLimits) -> LevelSpec:
+    """The spec of a level saved by an earlier run of the sweep (resume), as the plans build it."""
+    w, t = limits.warmup, limits.max_level_s
+    if level.mode == "rate":
+        return LevelSpec(mode="rate", rate=level.rate, duration_s=t, warmup=w, burstiness=limits.burstiness)
+    if level.mode == "burst":
+        c = level.concurrency or 1
+        return LevelSpec(mode="burst", concurrency=c, num_requests=max(level.num_requests, c), warmup=w)
+    return LevelSpec(mode="steady", concurrency=level.concurrency, duration_s=t, warmup=w)
+
+
+def _decision_rule(ctx: _Context, spec: LevelSpec, phase: str) -> StopRule | None:
+    """A growing level only has to show it beats its doubling partner by more than the plateau gain:
+    the precision rule with that bar (``analysis.convergence``), when a partner was measured."""
+    rule, search = ctx.stop_rule, ctx.search
+    if phase != "grow" or spec.mode != "steady" or search is None or not isinstance(rule, PrecisionRule):
+        return rule
+    c = spec.concurrency or 0
+    partners = [lv for lv in ctx.state.levels if lv.concurrency and 2 * lv.concurrency <= c
+                and lv.mode == "steady" and not damaged(lv)]
+    if not partners:
+        return rule
+    partner = max(partners, key=lambda lv: lv.concurrency or 0)
+    bar = partner.output_throughput * (1 + search.plateau_gain + (partner.throughput_ci_rel or 0.0))
+    return dataclasses.replace(rule, clear_above=bar)
+
+
+async def _run_one(ctx: _Context, spec: LevelSpec, label: str, attempt: int, repeat: int,
+                   rule: StopRule | None = None) -> tuple[LevelRun, LevelResult]:
+    """Measure one level once: the run and its figures (nothing saved, nothing added to the state)."""
+    on_record = ctx.on_record
+    rule = rule if rule is not None else ctx.stop_rule
 
     def record_cb(r: RequestRecord) -> None:
         if on_record is not None:
-            on_record(label, attempt, r)
+            on_record(label, attempt, repeat, r)
 
     started = time.monotonic()
-    run = await runner.run_level(spec, label=label, on_record=record_cb,
-                                 stop_rule=None if spec.mode == "burst" else stop_rule)
+    run = await ctx.runner.run_level(spec, label=label, on_record=record_cb, repeat=repeat,
+                                     stop_rule=None if spec.mode == "burst" else rule)
     level = build_level(run)
-    if limits.slos:
+    if ctx.limits.slos:
         lo, hi = level.window_start_s * NS, level.window_end_s * NS
         level.goodput_rps = goodput([r for r in run.records if not r.warmup and lo <= r.end_ns <= hi],
-                                    level.duration_s, limits.slos)
-    level.phase = phase
+                                    level.duration_s, ctx.limits.slos)
     level.attempt = attempt
-    level.gain = _gain(level, state.levels)
-    state.spent_s += run.benchmark_s if run.benchmark_s is not None else time.monotonic() - started
-    state.levels.append(level)
-    if observer is not None:
-        observer.level_finished(level)
+    ctx.state.spent_s += run.benchmark_s if run.benchmark_s is not None else time.monotonic() - started
     return run, level
+
+
+async def _measure(ctx: _Context, spec: LevelSpec, label: str, phase: str, attempt: int) -> LevelResult:
+    """A level of the plan: measured, kept in the state and persisted."""
+    if ctx.observer is not None:
+        ctx.observer.level_started(spec, phase)
+    run, level = await _run_one(ctx, spec, label, attempt, 1, _decision_rule(ctx, spec, phase))
+    ctx.state.specs[label] = spec
+    level.phase = phase
+    level.gain = _gain(level, ctx.state.levels)
+    if ctx.limits.repeat > 1:
+        add_repeat(level, repeat_figures(level, 1))
+    ctx.state.levels.append(level)
+    if ctx.observer is not None:
+        ctx.observer.level_finished(level)
+    if ctx.on_level is not None:
+        ctx.on_level(run, level, 1)
+    return level
 
 
 def conclude(result: ResultFile, state: SweepState, plan: Plan, engine: str | None,

@@ -55,6 +55,8 @@ class SweepLimits:
     slos: tuple[Slo, ...] = ()
     budget_s: float | None = None
     max_error_rate: float = 0.2
+    repeat: int = 1                # --repeat: rounds over the levels (``sweep.loop``)
+    burstiness: float = 1.0        # open loop: the rate levels' gamma shape (repeats re-measure them)
 
     def validate(self, steady: bool) -> None:
         if self.budget_s is not None and steady and self.budget_s < self.min_level_s:
@@ -67,6 +69,15 @@ class SweepLimits:
             raise ConfigError("--min-level-time must be > 0 and <= --max-level-time")
         if not 0 < self.max_error_rate <= 1:
             raise ConfigError(f"--max-error-rate must be in (0, 1] (got {self.max_error_rate})")
+        check_repeat(self.repeat)
+
+
+MAX_REPEAT = 100
+
+
+def check_repeat(repeat: int) -> None:
+    if not 1 <= repeat <= MAX_REPEAT:
+        raise ConfigError(f"--repeat must be between 1 and {MAX_REPEAT} (got {repeat})")
 
 
 def _common(limits: SweepLimits) -> SweepSettings:

@@ -46,6 +46,7 @@ from plateau_bench.store import (
     host_info,
     load_result,
     now_utc,
+    repeats_on_disk,
     tool_info,
 )
 from plateau_bench.sweep.loop import SweepObserver, SweepState, conclude, run_sweep, stop_rule_for
@@ -125,10 +126,11 @@ async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int, *,
 
 
 def run_spec(prepared: Prepared, workload: WorkloadSpec, plan: Plan | None = None,
-             level: LevelSpec | None = None) -> RunSpec:
+             level: LevelSpec | None = None, repeat: int = 1) -> RunSpec:
     return RunSpec(target=msgspec.convert(prepared.target.public(), TargetPublic), workload=workload,
                    prompt_tokens_source=prepared.token_source, prompt_accuracy=prepared.accuracy,
-                   twin=prepared.twin, sweep=plan.settings() if plan is not None else None, level=level)
+                   twin=prepared.twin, sweep=plan.settings() if plan is not None else None, level=level,
+                   repeat=repeat)
 
 
 def metrics_url_for(target: TargetSpec, metrics_url: str | None, no_metrics: bool) -> tuple[str | None, bool]:
@@ -216,17 +218,19 @@ async def measure(prepared: Prepared, workload: WorkloadSpec,
                   observer: SweepObserver, progress: Callable[[], LevelProgress | None],
                   existing: Existing = "refuse", gpu_metrics_urls: Sequence[str] = (),
                   roofline: Roofline | None = None, workers: int | str | None = None, ray: str | None = None,
-                  workers_per_node: int = 1) -> SweepRun:
+                  workers_per_node: int = 1, repeat: int = 1) -> SweepRun:
     """Run one level or a sweep of any kind against the prepared target, saving as it goes (the
     verdict placed on the ``roofline`` when one is given).
 
     ``workers``: None runs the load in this process; a count or ``"auto"`` in a pool of load
     processes started here once for the whole sweep (``driver.pool``). ``ray``: the load as actors on
-    that Ray cluster's nodes instead, ``workers_per_node`` on each (``driver.ray_pool``).
+    that Ray cluster's nodes instead, ``workers_per_node`` on each (``driver.ray_pool``). ``repeat`` is
+    the single level's ``--repeat``; a sweep's is in its plan's limits.
     """
     single = isinstance(plan, LevelSpec)
-    spec = run_spec(prepared, workload, level=plan) if isinstance(plan, LevelSpec) else \
-        run_spec(prepared, workload, plan)
+    repeat = repeat if isinstance(plan, LevelSpec) else plan.limits.repeat
+    spec = run_spec(prepared, workload, level=plan, repeat=repeat) if isinstance(plan, LevelSpec) else \
+        run_spec(prepared, workload, plan, repeat=repeat)
     previous = check_resume(out_dir, spec) if existing == "resume" and out_dir is not None else []
     if existing == "resume" and out_dir is not None and not holds_results(out_dir):
         raise ConfigError(f"--resume {out_dir}: no results there to continue")
@@ -241,8 +245,8 @@ async def measure(prepared: Prepared, workload: WorkloadSpec,
                                  metrics_required=metrics_required, count_tokens=prepared.count_tokens,
                                  progress=progress, seed=workload.seed, gpu_metrics_urls=gpu_metrics_urls,
                                  pool=pool, sessions=prepared.sessions, schedule_ns=prepared.schedule_ns)
-        return await _run_and_save(prepared, spec, runner, the_plan, limits, rule, observer, out_dir, existing,
-                                   previous, single, roofline)
+        return await _run_and_save(prepared, spec, runner, the_plan, limits or SweepLimits(repeat=repeat), rule,
+                                   observer, out_dir, existing, previous, single, roofline)
 
 
 @contextlib.asynccontextmanager
@@ -264,27 +268,30 @@ async def _load_pool(prepared: Prepared, workload: WorkloadSpec, workers: int | 
 
 
 async def _run_and_save(prepared: Prepared, spec: RunSpec, runner: HttpLevelRunner, the_plan: Plan,
-                        limits: SweepLimits | None, rule: StopRule | None, observer: SweepObserver,
+                        loop_limits: SweepLimits, rule: StopRule | None, observer: SweepObserver,
                         out_dir: Path | None, existing: Existing, previous: list[LevelResult],
                         single: bool, roofline: Roofline | None) -> SweepRun:
+    loop_limits.validate(False)
     result = _new_result("run" if single else "sweep", spec, prepared)
     writer = ResultWriter(out_dir, result, existing=existing) if out_dir is not None else None
 
-    def on_level(run: LevelRun, level: LevelResult) -> None:
+    def on_level(run: LevelRun, level: LevelResult, repeat: int) -> None:
         result.target.engine = runner.engine or result.target.engine
         if writer is None:
             return
         samples: list[TelemetrySample | HealthSample] = [*run.server_samples, *run.gpu_samples,
                                                          *run.dcgm_samples, *run.health_samples]
         for sample in samples:
-            writer.add_telemetry(level.label, sample, level.attempt)
+            writer.add_telemetry(level.label, sample, level.attempt, repeat)
         writer.add_level(level)
 
+    resuming = existing == "resume" and out_dir is not None
     try:
         state = await run_sweep(
-            runner, the_plan, limits or SweepLimits(), stop_rule=rule, on_level=on_level, observer=observer,
-            on_record=(lambda label, attempt, r: writer.add_request(label, r, attempt)) if writer else None,
-            previous=previous, attempts=_attempts(out_dir, previous) if existing == "resume" else None)
+            runner, the_plan, loop_limits, stop_rule=rule, on_level=on_level, observer=observer,
+            on_record=(lambda label, attempt, rep, r: writer.add_request(label, r, attempt, rep)) if writer else None,
+            previous=previous, attempts=_attempts(out_dir, previous) if existing == "resume" else None,
+            repeats_used=repeats_on_disk(out_dir) if resuming and out_dir is not None else None)
         conclude(result, state, the_plan, runner.engine, roofline)
         if writer is not None:
             writer.flush()
@@ -311,7 +318,7 @@ class GridPlan:
 
 async def simulate(config: EngineConfig, workload: WorkloadSpec, levels: Sequence[LevelSpec], spec: RunSpec, *,
                    out_dir: Path | None, chunks: bool, observer: SweepObserver,
-                   existing: Existing = "refuse") -> SweepRun:
+                   existing: Existing = "refuse", repeat: int = 1) -> SweepRun:
     """Given levels on the simulated engine in virtual time, through the same loop as a real sweep."""
     from plateau_bench.sim.runner import VirtualLevelRunner
 
@@ -319,15 +326,17 @@ async def simulate(config: EngineConfig, workload: WorkloadSpec, levels: Sequenc
                         target=TargetRecord(kind="sim", preset=config.name))
     writer = ResultWriter(out_dir, result, existing=existing) if out_dir is not None else None
 
-    def on_level(run: LevelRun, level: LevelResult) -> None:
+    def on_level(run: LevelRun, level: LevelResult, repeat: int) -> None:
         if writer is not None:
             writer.add_level(level)
 
+    limits = SweepLimits(max_error_rate=1.0, repeat=repeat)
+    limits.validate(False)
     try:
         state = await run_sweep(
-            VirtualLevelRunner(config, workload, chunks=chunks), GridPlan(levels), SweepLimits(max_error_rate=1.0),
+            VirtualLevelRunner(config, workload, chunks=chunks), GridPlan(levels), limits,
             stop_rule=None, on_level=on_level, observer=observer,
-            on_record=(lambda label, attempt, r: writer.add_request(label, r, attempt)) if writer else None)
+            on_record=(lambda label, attempt, rep, r: writer.add_request(label, r, attempt, rep)) if writer else None)
         result.levels = list(state.levels)
         if writer is not None:
             writer.flush()

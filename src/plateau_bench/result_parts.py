@@ -1,0 +1,87 @@
+"""Parts of the result tree with a topic of their own: a level's repeats (``--repeat``) and the
+plateau's place against the hardware's ceiling (``--roofline``). ``plateau_bench.result`` uses and
+re-exports them; they are split out only to keep each module small.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Interval(msgspec.Struct, frozen=True, kw_only=True):
+    """A between-repeat confidence interval: Student-t over the repeats' values (``analysis.repeats``)."""
+
+    mean: float
+    low: float | None = None       # None with fewer than two repeats
+    high: float | None = None
+    stdev: float | None = None     # sample standard deviation of the repeats' values
+    n: int = 1
+
+
+class RepeatFigures(msgspec.Struct, frozen=True, kw_only=True):
+    """One repeat of a level (``--repeat``): its key figures; its records carry the same ``repeat``."""
+
+    repeat: int                    # 1 = the level's own figures; records and telemetry are tagged with it
+    started_at: str | None = None
+    num_requests: int = 0
+    completed: int = 0
+    failed: int = 0
+    hung: int = 0
+    level_failed: bool = False     # its figures cannot stand: left out of the intervals
+    duration_s: float = 0.0
+    benchmark_s: float | None = None
+    output_throughput: float = 0.0
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    itl_p50_ms: float | None = None
+    itl_p99_ms: float | None = None
+    e2e_p50_ms: float | None = None
+    e2e_p99_ms: float | None = None
+
+
+class RepeatStats(msgspec.Struct, frozen=True, kw_only=True):
+    """Between-run intervals over a level's repeats that stand (``level_failed`` ones left out)."""
+
+    n: int                         # repeats counted
+    confidence: float = 0.95
+    output_throughput: Interval | None = None
+    ttft_p50_ms: Interval | None = None
+    ttft_p99_ms: Interval | None = None
+    tpot_p50_ms: Interval | None = None
+    tpot_p99_ms: Interval | None = None
+    itl_p50_ms: Interval | None = None
+    itl_p99_ms: Interval | None = None
+    e2e_p50_ms: Interval | None = None
+    e2e_p99_ms: Interval | None = None
+
+
+class RooflineLevel(msgspec.Struct, frozen=True, kw_only=True):
+    """One measured level against the hardware's decode ceiling at its batch."""
+
+    label: str
+    batch: float                   # decoding sequences (the server's running gauge, else the client's count)
+    output_throughput: float
+    ceiling_tok_s: float
+    share: float                   # measured / ceiling
+
+
+class RooflinePlacement(msgspec.Struct, frozen=True, kw_only=True):
+    """Where the plateau sits against the roofline (``--roofline``; see ``analysis.roofline_place``)."""
+
+    model: str
+    hardware: str                  # "8x H100-SXM, TP=8, EP=8, FP8 weights"
+    batch: float                   # the decoding batch at the plateau's best level
+    batch_source: str              # server | client | little (output tok/s x TPOT)
+    context_tokens: float          # mean context a decoding sequence attends to (measured lengths)
+    ceiling_tok_s: float           # the roofline's decode ceiling at that batch
+    share: float                   # plateau throughput / ceiling (0.31 = 31 %)
+    binding: str                   # weights | kv | compute | interconnect | overhead: what would bind there
+    kv_capacity_tokens: int        # the KV cache the memory left after weights holds
+    kv_sequences: int              # ... in sequences of the measured context
+    text: str
+    levels: list[RooflineLevel] = msgspec.field(default_factory=list)
+    curve: list[tuple[float, float]] = msgspec.field(default_factory=list)   # (batch, ceiling tok/s), for plots
+    what_if_ceiling_tok_s: float | None = None   # the ceiling at the what-if's batch
+    what_if_capped: bool = False                 # the what-if predicted more and was lowered to the ceiling

@@ -1,0 +1,51 @@
+"""The steady-level stop rule: precision after two turnovers, or one when growth is unambiguous."""
+
+from __future__ import annotations
+
+from plateau_bench.analysis.convergence import PrecisionRule
+from plateau_bench.records import RequestRecord
+from plateau_bench.units import NS
+
+WORKERS = 4
+
+
+def lockstep(cycles: int, *, prefill_s: float, decode_s: float, tokens: int = 100) -> list[RequestRecord]:
+    """Four workers in lock step: each cycle a prefill phase (no tokens), then ``tokens`` over ``decode_s``."""
+    out = []
+    cycle = prefill_s + decode_s
+    for k in range(cycles):
+        for w in range(WORKERS):
+            sent = k * cycle
+            out.append(RequestRecord(index=k * WORKERS + w, worker=w, scheduled_ns=round(sent * NS),
+                                     sent_ns=round(sent * NS), first_token_ns=round((sent + prefill_s) * NS),
+                                     end_ns=round((k + 1) * cycle * NS), prompt_tokens=10, output_tokens=tokens))
+    return out
+
+
+def _done(rule: PrecisionRule, records: list[RequestRecord]) -> bool:
+    until = max(r.end_ns for r in records)
+    return rule.done(records, elapsed_s=until / NS, workers=WORKERS, complete_until_ns=until)
+
+
+def test_one_turnover_is_not_enough_without_a_bar() -> None:
+    # A loose precision, so only the turnover count decides.
+    rule = PrecisionRule(precision=0.9, min_s=1.0, max_s=600.0)
+    assert not _done(rule, lockstep(1, prefill_s=1.0, decode_s=10.0))
+    assert _done(rule, lockstep(2, prefill_s=1.0, decode_s=10.0))
+
+
+def test_clear_growth_ends_after_one_turnover_charged_with_a_prefill_phase() -> None:
+    # One turnover: 400 tokens over the 10 s decode phase = 40 tok/s; a full cycle (1 s prefill) gives
+    # 400 / 11 = 36.4 tok/s. Charged one prefill phase (the longest TTFT, 1 s) the worst case is 36.4.
+    records = lockstep(1, prefill_s=1.0, decode_s=10.0)
+    assert _done(PrecisionRule(precision=0.02, min_s=1.0, max_s=600.0, clear_above=30.0), records)
+    # A bar above the full-cycle figure is not cleared, though the decode phase alone (40) would clear it.
+    assert not _done(PrecisionRule(precision=0.02, min_s=1.0, max_s=600.0, clear_above=37.0), records)
+    # A long prefill phase (prefill-first engines) is charged in full: 400 / (10 + 8) = 22 tok/s.
+    slow_prefill = lockstep(1, prefill_s=8.0, decode_s=10.0)
+    assert not _done(PrecisionRule(precision=0.02, min_s=1.0, max_s=600.0, clear_above=30.0), slow_prefill)
+
+
+def test_clear_growth_still_needs_the_minimum_window() -> None:
+    records = lockstep(1, prefill_s=1.0, decode_s=10.0)
+    assert not _done(PrecisionRule(precision=0.02, min_s=20.0, max_s=600.0, clear_above=1.0), records)

@@ -1,0 +1,86 @@
+"""What makes a steady sweep cheaper, on the twin (virtual time, and serve-sim over HTTP): growing levels
+that end after one turnover when their growth is unambiguous, and no second flat doubling past a cap the
+server reports."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from plateau_bench.result import LevelResult, ResultFile
+from plateau_bench.sim.presets import get_preset
+from plateau_bench.sim.runner import VirtualLevelRunner
+from plateau_bench.spec import WorkloadSpec
+from plateau_bench.sweep.loop import SweepState, run_plan
+from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
+
+CAP = 32
+
+
+def sweep(*, metrics: bool) -> tuple[SweepState, ResultFile]:
+    config = msgspec.structs.replace(get_preset("tiny"), max_num_seqs=CAP)
+    runner = VirtualLevelRunner(config, WorkloadSpec(input_len=64, output_len=2048), metrics=metrics)
+    return asyncio.run(run_plan(runner, ConcurrencyPlan(limits=SweepLimits(min_level_s=1.0, max_level_s=120.0))))
+
+
+def _turnovers(level: LevelResult) -> float:
+    """Level length in end-to-end latencies: a lock-step level stopped after k turnovers lasts k + 1
+    (the requests sent at the stop drain)."""
+    assert level.e2e_ms.p50
+    return level.wall_s / (level.e2e_ms.p50 / 1000)
+
+
+def test_unambiguous_growth_ends_after_one_turnover_and_the_rest_after_two() -> None:
+    state, result = sweep(metrics=False)
+    early = [lv for lv in state.levels if _turnovers(lv) < 2.5]
+    assert len(early) >= 3, "the clearly growing levels should end after one turnover"
+    assert all(lv.phase == "grow" and _turnovers(lv) >= 1.9 for lv in early)
+    # Flat doublings and refinements keep the full rule.
+    assert result.plateau is not None and result.knee is not None
+    decisive = [lv for lv in state.levels if lv.phase in ("confirm", "refine")
+                or (lv.concurrency or 0) > result.plateau.concurrency]
+    assert decisive and all(_turnovers(lv) >= 2.9 for lv in decisive)
+    # The cap level ended early (it grew by a third) and still reads the plateau: its window holds the
+    # requests sent at the stop, as drained.
+    top = max(lv.output_throughput for lv in state.levels)
+    at_cap = next(lv for lv in state.levels if lv.concurrency == CAP)
+    assert at_cap.output_throughput >= 0.99 * top
+
+
+def test_a_cap_the_server_reports_needs_one_flat_doubling_only_the_client_two() -> None:
+    with_metrics, summary = sweep(metrics=True)
+    client_only, client_summary = sweep(metrics=False)
+    measured = {lv.concurrency for lv in with_metrics.levels}
+    assert 2 * CAP in measured and 4 * CAP not in measured
+    assert 4 * CAP in {lv.concurrency for lv in client_only.levels}
+    assert summary.plateau is not None and summary.plateau.reached and summary.plateau.concurrency == CAP
+    assert client_summary.plateau is not None and client_summary.plateau.concurrency == CAP
+    assert with_metrics.spent_s < client_only.spent_s
+
+
+@pytest.mark.slow  # two real-time sweeps over HTTP, ~20 s each on two cores
+def test_over_http_the_scraped_gauges_spare_the_second_doubling(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from plateau_bench.cli import app
+    from plateau_bench.sim.embed import start_sim_server
+    from plateau_bench.store import load_result
+
+    cap = 16
+    measured: dict[bool, set[int | None]] = {}
+    for metrics in (True, False):
+        out = tmp_path / f"metrics-{metrics}"
+        with start_sim_server(get_preset("tiny").with_overrides(max_num_seqs=cap), metrics=metrics) as twin:
+            flags = ["sweep", "--url", twin.url, "--out", str(out), "--min-level-time", "1s", "--max-level-time",
+                     "3s", "--input-len", "32", "--output-len", "64", "--quiet"]
+            result = CliRunner().invoke(app, [*flags, *([] if metrics else ["--no-metrics"])])
+        assert result.exit_code == 0, result.output
+        saved = load_result(out)
+        assert saved.plateau is not None and saved.plateau.concurrency == cap
+        assert saved.verdict is not None and saved.verdict.constraint == "admission_cap"
+        measured[metrics] = {lv.concurrency for lv in saved.levels}
+    assert 2 * cap in measured[True] and 4 * cap not in measured[True]
+    assert 4 * cap in measured[False]

@@ -161,7 +161,7 @@ BLOCKS = {
               # TTFT at the cap has no queueing in it: milliseconds of scheduling noise (11-21 ms measured).
               loose=(("TTFT p50 grew", 1.0, 15.0),), spare=2),
         Block("sim-a", "Run A replayed in the simulated engine, then diagnosed (virtual time, seconds)",
-              rel=0.01, abs=0.01),
+              rel=0.01, abs=0.01, slow=True),
         Block("sweep-efficiency", "bench/sweep_efficiency.py: adaptive sweep vs the grid (virtual time, ~10 min)",
               rel=0.01, abs=0.01, slow=True,
               loose=(("wall time for this case", 1e9, 1e9),)),  # real time, machine-dependent: not compared
@@ -172,13 +172,13 @@ BLOCKS = {
               # "streams": throughput, CPU, lag, TTFT error on two shared cores) and the wall time are not.
               rel=0.0, abs=0.0, slow=True, loose=(("streams", 1e9, 1e9), ("wall time", 1e9, 1e9))),
         Block("seed-a-what-if", "the cap what-if on seed-a-tp8ep against the twin with the cap doubled (virtual time)",
-              rel=0.01, abs=0.01, figure=_what_if_table),
+              rel=0.01, abs=0.01, slow=True, figure=_what_if_table),
         Block("roofline-verdict", "Run A on the twin placed on the roofline, then a twin derived from it (virtual time)",
               rel=0.01, abs=0.01, slow=True, excerpt_from="Verdict:"),
         Block("calibrate-predict", "calibrate the twin at one cap, predict another, run the twin there (virtual time)",
               rel=0.01, abs=0.01, slow=True),
         Block("sim-prefix", "shared system prompts with and without the twin's prefix cache (virtual time)",
-              rel=0.01, abs=0.01),
+              rel=0.01, abs=0.01, slow=True),
         Block("fidelity", "the twin against the reference runs, with the bands tests/sim/test_fidelity.py asserts",
               rel=0.01, abs=0.01, figure=_fidelity_table),
         Block("llamacpp-sweep", "adaptive sweeps of a real llama-server (--parallel 4), with and without /metrics",

@@ -51,6 +51,7 @@ def test_two_prompt_lengths_recover_the_presets_coefficients(preset: str, c_tole
     assert model.kv_source == "server" and model.engine.kv_tokens == get_preset(preset).kv_tokens
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_one_prompt_length_folds_the_kv_cost_into_the_per_sequence_one() -> None:
     model = calibrate([sweep("seed-a-tp8ep", 128)])
     truth = get_preset("seed-a-tp8ep").step
@@ -61,6 +62,7 @@ def test_one_prompt_length_folds_the_kv_cost_into_the_per_sequence_one() -> None
     assert model.engine.max_num_seqs == 256 and model.cap_source == "diagnosis"
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_a_model_without_a_kv_cost_fixes_it_at_zero() -> None:
     model = calibrate([sweep("compute-bound", 128), sweep("compute-bound", 2048)])
     c = model.parameter("c")
@@ -78,6 +80,7 @@ def test_client_alone_the_kv_cache_is_a_lower_bound() -> None:
     assert any("lower bound" in note for note in model.notes)
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_one_decoding_batch_is_refused_in_one_line() -> None:
     one = sweep("seed-a-tp8ep", 128, grid=(256, 512, 1024))   # all at the cap: one batch
     with pytest.raises(ResultsError, match="two or more decoding batches") as err:
@@ -87,6 +90,7 @@ def test_one_decoding_batch_is_refused_in_one_line() -> None:
         calibrate([Sweep("empty", ResultFile(kind="sweep"))])
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_the_model_round_trips_as_json() -> None:
     model = calibrate([sweep("tiny", 128, output_len=128, grid=(1, 8, 16, 32, 64))])
     again = msgspec.json.decode(msgspec.json.encode(model), type=type(model))

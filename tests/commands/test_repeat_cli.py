@@ -38,6 +38,7 @@ def _run(url: str, out: Path, concurrency: int, repeat: int) -> str:
     return output
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_run_repeats_over_http_and_compare_tells_real_from_noise(tmp_path: Path) -> None:
     with start_sim_server(get_preset("tiny"), speed=4.0) as twin:
         output = _run(twin.url, tmp_path / "a", 4, 3)

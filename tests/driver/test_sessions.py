@@ -152,6 +152,7 @@ def _twin_run(tmp_path: Path, caching: bool, *extra: str) -> Path:
     return out
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_multi_turn_ttft_grows_with_history_without_caching_and_stays_flat_with_it(tmp_path: Path) -> None:
     ttft = {}
     for caching in (False, True):
@@ -190,6 +191,7 @@ async def test_open_loop_arrivals_are_whole_conversations() -> None:
     assert fake.most_sessions_in_flight <= 3   # --max-concurrency bounds conversations
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_open_loop_sessions_on_the_twin(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with start_sim_server(get_preset("tiny"), in_process=True, speed=4.0) as twin:

@@ -60,6 +60,7 @@ async def test_the_open_loop_follows_the_given_offsets() -> None:
     assert [c["prompt"] for c in sorted(sender.calls, key=lambda c: int(c["index"]))] == [p.text for p in prompts]  # type: ignore[call-overload]
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_replay_on_the_twin_keeps_the_schedule_and_records_the_lag(tmp_path: Path) -> None:
     out = tmp_path / "run"
     with start_sim_server(get_preset("tiny")) as twin:
@@ -80,6 +81,7 @@ def test_replay_on_the_twin_keeps_the_schedule_and_records_the_lag(tmp_path: Pat
         float(np.median(lags)))
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_mooncake_hash_ids_hit_the_twins_prefix_cache_as_recorded(tmp_path: Path) -> None:
     trace = load_trace(TRACES / "mooncake.jsonl")
     with start_sim_server(get_preset("tiny"), in_process=True, speed=4.0) as twin:

@@ -29,6 +29,7 @@ def test_one_svg_per_plot_and_level(make_sweep: SweepFactory, tmp_path: Path) ->
         assert f"<td>{level.output_throughput:,.1f}</td>" in page
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_page_is_self_contained(make_sweep: SweepFactory, tmp_path: Path) -> None:
     page = write_html([make_sweep("a", [1, 8])], tmp_path / "r.html").read_text()
     assert "<script" not in page and "<link" not in page and "@import" not in page
@@ -55,6 +56,7 @@ def test_several_runs_are_overlaid_and_workload_differences_stated(make_sweep: S
     assert ">tp4</text>" in throughput_svg and ">tp8ep</text>" in throughput_svg
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_same_workload_states_no_difference(make_sweep: SweepFactory) -> None:
     runs = load_runs([make_sweep("x", [1]), make_sweep("y", [2])])
     assert workload_differences(runs) == []
@@ -78,6 +80,7 @@ def test_results_without_sweep_keys_or_records_still_render(make_sweep: SweepFac
     assert "<h2>Summary</h2>" in page
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_server_telemetry_is_drawn_when_present(make_sweep: SweepFactory) -> None:
     with_server = render_html(load_runs([make_sweep("s", [64])]))
     without = render_html(load_runs([make_sweep("n", [64], telemetry=False)]))

@@ -69,6 +69,7 @@ def test_the_closed_form_of_k_decode_steps_holds_with_the_expert_term() -> None:
     assert within == k or step.decode_run_time(within, n, kv0) <= total < step.decode_run_time(within + 1, n, kv0)
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 @pytest.mark.parametrize("rf", [MOE, DENSE], ids=["moe", "dense"])
 def test_at_efficiency_one_the_twin_never_beats_the_roofline(rf: Roofline) -> None:
     engine = engine_from_roofline(rf, 1.0)

@@ -47,6 +47,7 @@ def test_the_plan_is_the_fewest_replicas_that_meet_the_slo(balancer: str) -> Non
     assert plan.cost_per_million_tokens == pytest.approx(plan.cost_per_hour / (100 * 128 * 3600 / 1e6))
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_an_unreachable_slo_says_so() -> None:
     plan = asyncio.run(plan_capacity(tiny_model(), WORK, 50.0, parse_slo("tpot_p99=1ms"), max_replicas=4,
                                      duration_s=30))

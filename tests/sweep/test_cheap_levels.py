@@ -33,6 +33,7 @@ def _turnovers(level: LevelResult) -> float:
     return level.wall_s / (level.e2e_ms.p50 / 1000)
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_unambiguous_growth_ends_after_one_turnover_and_the_rest_after_two() -> None:
     state, result = sweep(metrics=False)
     early = [lv for lv in state.levels if _turnovers(lv) < 2.5]
@@ -50,6 +51,7 @@ def test_unambiguous_growth_ends_after_one_turnover_and_the_rest_after_two() -> 
     assert at_cap.output_throughput >= 0.99 * top
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_a_cap_the_server_reports_needs_one_flat_doubling_only_the_client_two() -> None:
     with_metrics, summary = sweep(metrics=True)
     client_only, client_summary = sweep(metrics=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from plateau_bench.cli import app
@@ -45,6 +46,7 @@ def test_given_scales_are_measured_in_order_and_the_top_scale_ends_auto() -> Non
     assert "x2 reached" in capped.next([done(capped, 1, 1.0), done(capped, 2, 1.0)]).reason
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_a_trace_sweep_on_the_twin(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     with start_sim_server(get_preset("tiny"), in_process=True) as twin:

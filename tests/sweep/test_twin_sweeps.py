@@ -64,6 +64,7 @@ def test_seed_b_burst_to_2048_is_capped_at_1024() -> None:
     assert verdict.estimated_cap == 1024
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_compute_bound_preset() -> None:
     state, _ = sweep(get_preset("compute-bound"), 128, 128)
     assert diagnose(state.levels).constraint == "compute"
@@ -84,6 +85,7 @@ def test_below_the_knee_is_not_saturated_and_the_sweep_keeps_going() -> None:
     assert summary.plateau is None
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_budget_stops_the_sweep() -> None:
     spec = ConcurrencyPlan(limits=SweepLimits(budget_s=100.0, min_level_s=5.0))
     state, _ = sweep(get_preset("seed-a-tp8ep"), 128, 128, spec)
@@ -103,6 +105,7 @@ def test_slo_violation_stops_and_reports_the_last_level_meeting_it() -> None:
     assert slo.max_concurrency in (16, 32)
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_resume_after_an_interruption_gives_the_same_result() -> None:
     full_state, full = sweep(get_preset("tiny"), 64, 64)
     cut = full_state.levels[:4]
@@ -112,6 +115,7 @@ def test_resume_after_an_interruption_gives_the_same_result() -> None:
     assert resumed.knee == full.knee
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_rate_sweep_spans_synchronous_to_maximum_and_finds_the_departure() -> None:
     runner = VirtualLevelRunner(get_preset("tiny"), WorkloadSpec(input_len=64, output_len=64))
     plan = RatePlan(limits=SweepLimits(min_level_s=2.0, max_level_s=20.0))
@@ -143,6 +147,7 @@ def test_resume_measures_damaged_levels_again() -> None:
     assert resumed.verdict.constraint == full.verdict.constraint == "admission_cap"
 
 
+@pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_adaptive_resume_after_a_crash_continues_instead_of_stopping() -> None:
     full_state, _ = sweep(get_preset("tiny"), 64, 64)
     crashed = msgspec.structs.replace(full_state.levels[3], completed=0, level_failed=True, output_throughput=0.0)

@@ -109,9 +109,14 @@ def sweep(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 def test_sweep_names_the_admission_cap(sweep: Sweep) -> None:
     sweep.skip_if_stalled()
     verdict, evidence, levels = sweep.summary["verdict"], sweep.summary["verdict"]["evidence"], sweep.levels
+    # Client alone, throughput swinging between levels that decode the same batch (more than the plateau
+    # test's bound: this machine cannot measure where the curve flattens) reads like a KV cache's signs;
+    # the verdict may then put the cache first and the cap second. The cap must still be named, with N.
+    noisy = not sweep.metrics and _swing(sweep) > PLATEAU_SWING
+    named = verdict["constraint"] == "admission_cap" or (noisy and verdict.get("secondary") == "admission_cap")
     checks = {
         "no failed requests": all(lv["failed"] == 0 for lv in levels),
-        "verdict admission_cap": verdict["constraint"] == "admission_cap",
+        "verdict admission_cap" + (" (first, or second with the throughput swinging)" if noisy else ""): named,
         f"estimated cap {CAP}": verdict["estimated_cap"] == CAP,
         f"never more than {CAP} decoding at once": all(lv["peak_decoding"] <= CAP for lv in levels),
         f"{CAP} decoding at once from C={2 * CAP} on": all(lv["peak_decoding"] == CAP for lv in levels
@@ -132,13 +137,22 @@ def test_sweep_names_the_admission_cap(sweep: Sweep) -> None:
     assert not unmet, f"unmet: {unmet}\n{sweep.figures}"
 
 
+def _full(sweep: Sweep) -> list[dict[str, Any]]:
+    return [lv for lv in sweep.levels if lv["decoding_concurrency"] >= 0.9 * CAP and lv["failed"] == 0]
+
+
+def _swing(sweep: Sweep) -> float:
+    """How much throughput varies between the levels that decode the whole cap (0 with fewer than two)."""
+    tok_s = [lv["output_throughput"] for lv in _full(sweep)]
+    return max(tok_s) / min(tok_s) - 1.0 if len(tok_s) >= 2 and min(tok_s) > 0 else 0.0
+
+
 @pytest.mark.timeout(SWEEP_TIMEOUT_S)
 def test_sweep_finds_the_plateau_at_the_cap(sweep: Sweep) -> None:
     sweep.skip_if_stalled()
-    full = [lv for lv in sweep.levels if lv["decoding_concurrency"] >= 0.9 * CAP and lv["failed"] == 0]
+    full = _full(sweep)
     if len(full) >= 2:
-        tok_s = [lv["output_throughput"] for lv in full]
-        swing = max(tok_s) / min(tok_s) - 1.0
+        swing = _swing(sweep)
         if swing > PLATEAU_SWING:
             seen = ", ".join(f"C={lv['concurrency']} {lv['output_throughput']:,.0f}" for lv in full)
             pytest.skip(f"{sweep.server.kind}: throughput swings {swing:.0%} between levels decoding the same batch "

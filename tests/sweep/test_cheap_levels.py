@@ -64,7 +64,7 @@ def test_a_cap_the_server_reports_needs_one_flat_doubling_only_the_client_two() 
 
 
 @pytest.mark.slow  # two real-time sweeps over HTTP, ~20 s each on two cores
-def test_over_http_the_scraped_gauges_spare_the_second_doubling(tmp_path: Path) -> None:
+def test_over_http_the_cap_is_named_with_or_without_the_scraped_gauges(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from plateau_bench.cli import app
@@ -84,5 +84,9 @@ def test_over_http_the_scraped_gauges_spare_the_second_doubling(tmp_path: Path) 
         assert saved.plateau is not None and saved.plateau.concurrency == cap
         assert saved.verdict is not None and saved.verdict.constraint == "admission_cap"
         measured[metrics] = {lv.concurrency for lv in saved.levels}
-    assert 2 * cap in measured[True] and 4 * cap not in measured[True]
+    # Without /metrics the second flat doubling is always measured: the client-only cap verdict needs it.
     assert 4 * cap in measured[False]
+    # With them it is spared only when the gauges agree over the level's window, which a real-time window
+    # on a loaded machine does not always give (measuring it then costs time, never the answer); the
+    # decision itself is pinned in virtual time above. Here: the doubling to twice the cap is measured.
+    assert 2 * cap in measured[True]

@@ -22,6 +22,7 @@ processes ignore SIGINT and leave when told to or when the coordinator's end of 
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import os
 import signal
@@ -116,7 +117,7 @@ class _Part:
         self.done.set()
 
 
-class LoadWorker:
+class LoadWorker(abc.ABC):
     """One load worker as the coordinator sees it: a local process here, a Ray actor in ``driver.ray_pool``.
 
     Subclasses deliver messages (``send``) and feed what comes back to ``dispatch``; ``ended`` says the
@@ -135,14 +136,17 @@ class LoadWorker:
         self.offset_ns = 0
         self.rtt_ns: int | None = None
 
+    @abc.abstractmethod
     def send(self, message: ToWorker) -> None:
-        raise NotImplementedError
+        """Deliver one message to the worker (a pipe here, an actor call on Ray)."""
 
     async def sync_clock(self) -> None:
         """Estimate ``offset_ns`` before a level (nothing to do on one machine)."""
+        return
 
+    @abc.abstractmethod
     async def stop(self) -> None:
-        raise NotImplementedError
+        """End the worker and release what it holds."""
 
     def describe(self) -> str:
         return f"load worker {self.number} (pid {self.pid}" + (f" on {self.node})" if self.node else ")")

@@ -62,3 +62,23 @@ def test_tune_finds_the_best_cap_of_serve_sim_for_fewer_restarts(tmp_path: Path,
     best = max(t.measured_tok_s or 0 for t in done.trials)
     assert done.recommended_tok_s == pytest.approx(best, rel=0.10)
     assert (tmp_path / "tune.json").exists() and (tmp_path / "run-max_num_seqs-16.server.log").exists()
+
+
+def test_a_candidate_that_fails_is_recorded_and_the_rest_kept(tmp_path: Path) -> None:
+    import asyncio
+
+    from plateau_bench.driver.server_process import ServerStartError
+    from plateau_bench.result import Plateau, ResultFile
+    from plateau_bench.spec import WorkloadSpec
+    from plateau_bench.sweep.tune import run_tune
+
+    async def measure(setting: dict[str, int], run_dir: Path) -> tuple[ResultFile, float | None]:
+        if setting["x"] == 4:
+            raise ServerStartError("x=4: the server exited during start-up")
+        return ResultFile(kind="sweep", plateau=Plateau(float(setting["x"]) * 100, 1, True)), 0.1
+
+    done = asyncio.run(run_tune([parse_param("x=1,2,4")], {"x": 2}, measure, tmp_path,
+                                workload=WorkloadSpec(), candidates=0, brute_force=True))
+    by_setting = {t.setting["x"]: t for t in done.trials}
+    assert "failed: x=4: the server exited" in by_setting[4].why and by_setting[4].measured_tok_s is None
+    assert by_setting[1].measured_tok_s == 100 and by_setting[2].measured_tok_s == 200

@@ -25,7 +25,7 @@ import msgspec
 
 from plateau_bench.analysis.calibration import calibrate
 from plateau_bench.analysis.slo import Slo
-from plateau_bench.errors import ConfigError
+from plateau_bench.errors import ConfigError, PlateauError
 from plateau_bench.result import ResultFile
 from plateau_bench.spec import WorkloadSpec
 
@@ -188,7 +188,17 @@ async def run_tune(params: Sequence[TuneParam], start: dict[str, int], measure: 
 
     async def measured(setting: dict[str, int], why: str, predicted: float | None = None) -> TuneTrial:
         run_dir = out_dir / _name(setting)
-        result, ready_s = await measure(setting, run_dir)
+        try:
+            result, ready_s = await measure(setting, run_dir)
+        except PlateauError as exc:
+            if why == "start":
+                raise
+            # A setting the server cannot start with (or that fails its sweep) is a result, not the end
+            # of the tune: what was measured before it is kept.
+            trial = TuneTrial(setting=setting, why=f"{why} (failed: {exc})", predicted_tok_s=predicted,
+                              run_dir=str(run_dir))
+            trials[_key(setting)] = trial
+            return trial
         trial = TuneTrial(setting=setting, why=why, predicted_tok_s=predicted,
                           measured_tok_s=objective_value(result, bool(slos)), run_dir=str(run_dir),
                           server_ready_s=ready_s)

@@ -143,3 +143,20 @@ def test_a_capped_doubling_confirms_the_plateau_without_a_second_one() -> None:
         assert not is_capped(at_cap, other)
         d = next_concurrency([*below, at_cap, other], SearchConfig())
         assert (d.concurrency, d.phase) == (1024, "confirm")
+
+
+def test_a_doubling_that_only_queued_is_flat_whatever_its_measured_gain() -> None:
+    # llama.cpp --parallel 4 on a shared CPU: C=16 measured 11 % above C=8 with the same 3.9 requests
+    # decoding and three quarters of the requests waiting. The batch did not grow, so neither did the
+    # server: the plateau starts at the cap (C=4 to C=8 gained 3 %), not at C=16.
+    lows = [_level_point(1, 138.0, 0.9, 0.9, 1.0), _level_point(2, 158.0, 1.9, 1.9, 2.0),
+            _level_point(4, 232.0, 3.7, 3.9, 4.0, 0.1)]
+    at_8, at_16 = _level_point(8, 240.0, 3.9, 7.9, 4.0, 4.0), _level_point(16, 266.0, 3.9, 15.8, 4.0, 12.0)
+    at_32 = _level_point(32, 242.0, 3.8, 31.5, 4.0, 28.0)
+    plateau = find_plateau([*lows, at_8, at_16, at_32])
+    assert plateau is not None and plateau.reached and plateau.concurrency == 4
+    # The same gain with the batch growing (no cap: more requests decode at once) is growth.
+    grown = _level_point(16, 266.0, 7.5, 15.8, 8.0, 0.5)
+    assert find_plateau([*lows, at_8, grown]) is None
+    # And growth without the client's decoding figures (a fixed grid read back) is judged on tok/s alone.
+    assert find_plateau([Point(8, 240.0, 0.01), Point(16, 266.0, 0.01)]) is None

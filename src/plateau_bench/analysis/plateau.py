@@ -5,7 +5,12 @@ Vocabulary (all pure functions of measured points ``(concurrency, throughput, ci
 * **gain** of a level: its throughput over the throughput of the previous (lower) level, minus 1.
 * A doubling is **flat** when its gain is below ``plateau_gain`` plus the measurement noise of the
   two levels (the root-sum-square of their relative 95 % confidence half-widths). Noise thus
-  widens the threshold: a 4 % gain measured at +-3 % is not growth.
+  widens the threshold: a 4 % gain measured at +-3 % is not growth. A doubling that only **queued**
+  is flat whatever its measured gain: the upper level decoded no larger a batch (requests past their
+  first token, Little's law) while a third or more of its requests in flight waited for a first
+  token. Output tok/s is the decoding batch over the time per token, so with the batch unchanged a
+  gain can only be the step time drifting between the two windows (a shared machine), not the
+  server scaling with load.
 * The **plateau** is confirmed by two consecutive flat doublings (the first one proposes it, the
   next one confirms it; a confirmation that grows again cancels it), or by one flat doubling that
   shows the server refusing the extra load (**capped**), seen from both sides: the upper level's
@@ -74,6 +79,8 @@ def noise(a: Point, b: Point) -> float:
 
 
 def is_flat(lower: Point, upper: Point, plateau_gain: float) -> bool:
+    if queued_only(lower, upper):
+        return True
     if lower.throughput <= 0:
         return upper.throughput <= 0
     gain = upper.throughput / lower.throughput - 1.0
@@ -87,15 +94,20 @@ CAPPED_WAITING_SHARE = 1 / 3
 KV_FULL = 0.95
 
 
-def capped(lower: Point, upper: Point) -> bool:
-    """Whether the doubling from ``lower`` to ``upper`` only added waiting requests (see the docstring)."""
+def queued_only(lower: Point, upper: Point) -> bool:
+    """Whether, seen from the client, the doubling from ``lower`` to ``upper`` only added waiting requests."""
     if lower.decoding is None or upper.decoding is None or upper.achieved is None or lower.decoding <= 0:
         return False
     no_more_admitted = upper.decoding <= lower.decoding * (1 + CAPPED_DECODING_GROWTH)
     waiting = upper.achieved - upper.decoding
-    client = no_more_admitted and waiting >= CAPPED_WAITING_SHARE * upper.achieved
+    return no_more_admitted and waiting >= CAPPED_WAITING_SHARE * upper.achieved
+
+
+def capped(lower: Point, upper: Point) -> bool:
+    """Whether the doubling from ``lower`` to ``upper`` only added waiting requests, seen from both sides
+    (see the docstring)."""
     lo_run, hi_run = lower.running_max, upper.running_max
-    if not client or lo_run is None or hi_run is None or lo_run <= 0:
+    if not queued_only(lower, upper) or lo_run is None or hi_run is None or lo_run <= 0:
         return False
     same_batch = abs(hi_run - lo_run) <= max(1.0, CAPPED_DECODING_GROWTH * lo_run)
     kv_room = upper.kv_usage_max is None or upper.kv_usage_max < KV_FULL

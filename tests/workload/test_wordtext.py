@@ -72,3 +72,26 @@ async def test_choose_counter_falls_back(tokenizer_dir, byte_bpe: Tokenizer) -> 
     assert (await choose_counter(None, FakeTokenize(byte_bpe))).source == "server_tokenizer"
     assert (await choose_counter(None, no_endpoint)).source == "estimate"
     assert (await choose_counter(None, None)).source == "estimate"
+
+
+class CharTokenize:
+    """llama.cpp's /tokenize on a character-level SentencePiece vocabulary: a leading "▁", one token per
+    character, and a BOS on any text but the empty one. A word is several tokens here."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self, text: str) -> int | None:
+        self.calls += 1
+        return 0 if not text else 1 + len(" " + text)
+
+
+async def test_multi_token_words_are_cut_to_the_exact_count_and_the_bos_is_measured() -> None:
+    server = CharTokenize()
+    built = await synthesize(WorkloadSpec(input_len=61, output_len=8, seed=3), 20, counter=RemoteCounter(server))
+    acc = built.accuracy
+    assert acc["special_tokens"] == 1 and acc["tokens_per_word"] > 3
+    assert acc["verified_exact"] == 20 and acc["cut_inside_a_word"] > 0
+    # The prompt's own tokens: what the server counts, less its BOS.
+    assert [await server(p.text) - 1 for p in built.prompts] == [p.prompt_tokens for p in built.prompts] == [61] * 20
+    assert all(not p.text.endswith(" ") for p in built.prompts)

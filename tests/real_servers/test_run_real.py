@@ -10,6 +10,7 @@ import pytest
 
 from plateau_bench.store import load_requests
 
+from support import real_servers
 from support.real_servers import ServerHandle
 
 if TYPE_CHECKING:
@@ -55,6 +56,10 @@ def test_outputs_are_exact_and_counted_from_usage(
     if server.tokenizer_dir is not None and endpoint == "completions":
         # With the server's own tokenizer the prompts are exact: the server counts the same.
         assert {record.prompt_tokens for record in records} == {INPUT_LEN}
+    if server.kind == "llamacpp" and endpoint == "completions":
+        # Through llama.cpp's /tokenize too (a word is several tokens of its vocabulary), plus its BOS.
+        bos = real_servers.llamacpp_bos_tokens(server.url)
+        assert {record.prompt_tokens for record in records} == {INPUT_LEN + bos}
 
 
 @pytest.mark.parametrize("server_name", SERVERS)

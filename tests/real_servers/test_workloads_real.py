@@ -16,8 +16,6 @@
 from __future__ import annotations
 
 import itertools
-import json
-import urllib.request
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +25,7 @@ import pytest
 from plateau_bench.records import RequestRecord
 from plateau_bench.store import load_requests
 
+from support import real_servers
 from support.real_servers import ServerHandle
 
 if TYPE_CHECKING:
@@ -40,12 +39,7 @@ READ_BACK_SLACK = 2
 
 
 def _bos(server: ServerHandle) -> int:
-    """The special tokens llama.cpp adds to a prompt, asked of its /tokenize directly."""
-    def count(add_special: bool) -> int:
-        body = json.dumps({"content": "hello", "add_special": add_special}).encode()
-        with urllib.request.urlopen(urllib.request.Request(f"{server.url}/tokenize", data=body)) as resp:
-            return len(json.load(resp)["tokens"])
-    return count(True) - count(False)
+    return real_servers.llamacpp_bos_tokens(server.url)
 
 
 def _records(out: Path) -> list[RequestRecord]:

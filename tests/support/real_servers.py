@@ -21,6 +21,7 @@ answers 200, failing early with the log's tail if the process exits. Only 127.0.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import socket
@@ -254,6 +255,15 @@ def _claim_port(port: int | None) -> int:
 
 def _log_path(kind: str, port: int, log_path: Path | None) -> Path:
     return log_path or cache_root() / "logs" / f"{kind}-{port}.log"
+
+
+def llamacpp_bos_tokens(url: str) -> int:
+    """The special tokens llama.cpp adds to a prompt (its BOS), asked of its /tokenize directly."""
+    def count(add_special: bool) -> int:
+        body = json.dumps({"content": "hello", "add_special": add_special}).encode()
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/tokenize", data=body), timeout=10) as resp:
+            return len(json.load(resp)["tokens"])
+    return count(True) - count(False)
 
 
 def start_vllm(

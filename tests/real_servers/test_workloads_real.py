@@ -38,10 +38,6 @@ SESSIONS, TURNS, MESSAGE_LEN = 3, 4, 24
 READ_BACK_SLACK = 2
 
 
-def _bos(server: ServerHandle) -> int:
-    return real_servers.llamacpp_bos_tokens(server.url)
-
-
 def _records(out: Path) -> list[RequestRecord]:
     return [r for records in load_requests(out).values() for r in records if not r.warmup]
 
@@ -59,7 +55,7 @@ def test_shared_prefixes_are_exact_in_the_servers_own_count(
     assert len(records) == 8 and all(r.error is None for r in records), summary["levels"][0]["errors"]
     # Built through llama.cpp's /tokenize, a word being several tokens of this model's vocabulary: the
     # server counts every prompt at exactly prefix + suffix, plus the BOS it adds.
-    bos = _bos(llamacpp_server)
+    bos = real_servers.llamacpp_bos_tokens(llamacpp_server.url)
     assert summary["spec"]["prompt_accuracy"]["special_tokens"] == bos
     assert {r.prompt_tokens for r in records} == {PREFIX_LEN + SUFFIX_LEN + bos}
     assert {r.output_tokens for r in records} == {OUTPUT_LEN}
@@ -68,7 +64,7 @@ def test_shared_prefixes_are_exact_in_the_servers_own_count(
 def test_multi_turn_accounting_and_the_prompt_cache_estimate(
     llamacpp_server: ServerHandle, tmp_path: Path, plateau_cli: PlateauCli
 ) -> None:
-    out, bos = tmp_path / "sessions", _bos(llamacpp_server)
+    out, bos = tmp_path / "sessions", real_servers.llamacpp_bos_tokens(llamacpp_server.url)
     summary = plateau_cli.saved(
         out, "run", *plateau_cli.target(llamacpp_server), "--endpoint", "completions",
         "--concurrency", "1", "--sessions", str(SESSIONS), "--turns", str(TURNS),

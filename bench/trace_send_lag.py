@@ -47,13 +47,18 @@ def main() -> None:
     parser.add_argument("--time-scale", type=float, default=1.0)
     args = parser.parse_args()
     print(f"trace {args.trace.name} at time scale {args.time_scale:g}, serve-sim tiny in its own process")
+    every = []
     for run in range(args.runs):
         before = os.getloadavg()[0]
         lags = one_run(args.trace, args.time_scale)
         after = os.getloadavg()[0]
+        every.append(lags)
         print(f"run {run + 1}: {lags.size} requests, send lag p50 {np.median(lags):.2f} ms, p99 "
               f"{np.percentile(lags, 99):.2f} ms, max {lags.max():.2f} ms, over 5 ms: {int((lags > 5).sum())} "
               f"({(lags > 5).mean():.1%}); load average {before:.2f} -> {after:.2f} on {os.cpu_count()} cores")
+    lags = np.concatenate(every)
+    print(f"all runs: {lags.size} requests sent")
+    print(f"all runs' send lag: max {lags.max():.2f} ms, over 5 ms late: {int((lags > 5).sum())}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import datetime as _dt
 import time
 from collections.abc import Callable, Sequence
 
+from plateau_bench.aio import old_objects_frozen
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.health import HealthSampler
 from plateau_bench.driver.load import LoadProgress, Sender, run_level
@@ -158,8 +159,9 @@ class HttpLevelRunner:
             await dcgm.start()
         watch = _Watch(level, stop_rule, collect.records, scraper, progress, finish, t0)
         try:
-            load = await (self._local(level, t0, collect, abort, finish, watch, repeat) if self.pool is None
-                          else self._pooled(self.pool, level, t0, collect, abort, finish, watch))
+            with old_objects_frozen():
+                load = await (self._local(level, t0, collect, abort, finish, watch, repeat) if self.pool is None
+                              else self._pooled(self.pool, level, t0, collect, abort, finish, watch))
         finally:
             gpu_samples = await gpu.stop() if gpu is not None else []
             dcgm_samples = await dcgm.stop() if dcgm is not None else []

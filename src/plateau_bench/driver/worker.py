@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import BinaryIO
 
-from plateau_bench.aio import loop_name
+from plateau_bench.aio import loop_name, old_objects_frozen
 from plateau_bench.aio import run as run_async
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.health import HealthSampler
@@ -112,18 +112,20 @@ async def run_part(setup: Setup, order: RunLevel, outbox: Outbox, finish: asynci
         count_tokens = LocalTokenizer.load(setup.tokenizer).count_text
     progress = LoadProgress()
     error = None
-    async with StreamingClient(setup.target, concurrency=width, t0_ns=order.t0_ns,
-                               count_tokens=count_tokens) as client:
-        sender = _NoticingSender(client, outbox)
-        health = HealthSampler(t0_ns=order.t0_ns, in_flight=lambda: sender.in_flight, worker=setup.worker)
-        health.start()
-        try:
-            await run_level(sender, setup.prompts, level, t0_ns=order.t0_ns, on_record=outbox.record, stop=abort,
-                            finish=finish, seed=order.seed, progress=progress, share=order.part.share)
-        except Exception as exc:  # the part broke (not a failed request): the coordinator says so
-            error = f"{type(exc).__name__}: {exc}"
-        finally:
-            samples = await health.stop()
+    with old_objects_frozen():
+        async with StreamingClient(setup.target, concurrency=width, t0_ns=order.t0_ns,
+                                   count_tokens=count_tokens) as client:
+            sender = _NoticingSender(client, outbox)
+            health = HealthSampler(t0_ns=order.t0_ns, in_flight=lambda: sender.in_flight, worker=setup.worker)
+            health.start()
+            try:
+                await run_level(sender, setup.prompts, level, t0_ns=order.t0_ns, on_record=outbox.record,
+                                stop=abort, finish=finish, seed=order.seed, progress=progress,
+                                share=order.part.share)
+            except Exception as exc:  # the part broke (not a failed request): the coordinator says so
+                error = f"{type(exc).__name__}: {exc}"
+            finally:
+                samples = await health.stop()
     outbox.flush()
     return LevelDone(health=samples, cancelled=progress.cancelled, error=error)
 

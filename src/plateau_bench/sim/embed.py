@@ -28,7 +28,7 @@ from typing import Protocol
 
 import msgspec
 
-from plateau_bench.aio import new_event_loop
+from plateau_bench.aio import new_event_loop, old_objects_frozen
 from plateau_bench.errors import ConfigError
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.faults import FaultSpec
@@ -212,7 +212,8 @@ async def serve_forever(config: EngineConfig, options: ServeOptions, *, host: st
     if on_ready is not None:
         on_ready(bound)
     try:
-        await stop.wait()
+        with old_objects_frozen():   # the server's own streams would stall on a full collection too
+            await stop.wait()
     finally:
         await server.stop()
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -1,0 +1,52 @@
+"""The event-loop helpers: the collector kept off the objects that existed before a level."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from plateau_bench.aio import old_objects_frozen
+from plateau_bench.driver.runner import HttpLevelRunner
+from plateau_bench.records import RequestRecord
+from plateau_bench.sim.embed import start_sim_server
+from plateau_bench.sim.presets import get_preset
+from plateau_bench.spec import LevelSpec, TargetSpec
+from plateau_bench.workload.prompts import Prompt
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_objects_made_before_are_frozen_and_the_bodys_own_garbage_is_still_collected() -> None:
+    assert gc.get_freeze_count() == 0
+    before = [_Cycle() for _ in range(100)]
+    with old_objects_frozen():
+        assert gc.get_freeze_count() >= len(before)
+        _Cycle()                          # unreachable at once: only the collector can free a cycle
+        assert gc.collect() >= 1
+    assert gc.get_freeze_count() == 0
+
+
+def test_the_frozen_objects_go_back_when_the_body_fails() -> None:
+    with pytest.raises(RuntimeError), old_objects_frozen():
+        raise RuntimeError("level broke")
+    assert gc.get_freeze_count() == 0
+
+
+async def test_a_levels_load_runs_with_the_old_objects_frozen() -> None:
+    frozen_while_running: list[int] = []
+
+    def on_record(record: RequestRecord) -> None:
+        frozen_while_running.append(gc.get_freeze_count())
+
+    with start_sim_server(get_preset("tiny")) as twin:
+        runner = HttpLevelRunner(TargetSpec(url=twin.url, model="tiny"), [Prompt("hello there", 2, 4)],
+                                 metrics_url=None)
+        run = await runner.run_level(LevelSpec(mode="burst", concurrency=4), label="C=4", on_record=on_record,
+                                     stop_rule=None)
+    assert len(run.records) == 4 and all(r.error is None for r in run.records)
+    assert len(frozen_while_running) == 4 and min(frozen_while_running) > 1000   # the imports, at least
+    assert gc.get_freeze_count() == 0

@@ -53,9 +53,11 @@ def test_tune_finds_the_best_cap_of_serve_sim_for_fewer_restarts(tmp_path: Path,
               "--brute-force", "--json"])
     assert exc.value.code in (0, None)
     done = msgspec.json.decode(capsys.readouterr().out, type=TuneResult)
-    assert done.predicted and done.restarts == 3 and done.brute_force_restarts == 4
+    assert done.predicted and done.brute_force_restarts == 4
+    assert 2 <= done.restarts <= 3   # the start, then at most --candidates 2; fewer when the rest cannot win
     by_why = {t.why: t for t in done.trials}
     assert by_why["start"].setting == {"max_num_seqs": 16}
+    assert by_why["candidate"].predicted_from == [{"max_num_seqs": 16}]
     for t in done.trials:   # calibrated at 16, predicted up to four times that
         assert t.measured_tok_s and t.predicted_tok_s
         assert t.predicted_tok_s == pytest.approx(t.measured_tok_s, rel=0.15), t
@@ -82,3 +84,94 @@ def test_a_candidate_that_fails_is_recorded_and_the_rest_kept(tmp_path: Path) ->
     by_setting = {t.setting["x"]: t for t in done.trials}
     assert "failed: x=4: the server exited" in by_setting[4].why and by_setting[4].measured_tok_s is None
     assert by_setting[1].measured_tok_s == 100 and by_setting[2].measured_tok_s == 200
+
+
+def _fake_sweep(value: float) -> object:
+    from plateau_bench.result import Plateau, ResultFile
+
+    return ResultFile(kind="sweep", plateau=Plateau(value, 1, True))
+
+
+def test_each_measurement_recalibrates_before_the_next_candidate_is_chosen(tmp_path: Path) -> None:
+    """A model that, calibrated on the start alone, ranks x=8 best; measured, x=8 is poor, and the model
+    calibrated on both sweeps ranks x=4 best, which is the true best: the tune measures it next and
+    recommends it, and every prediction names the sweeps it came from."""
+    import asyncio
+
+    from plateau_bench.spec import WorkloadSpec
+    from plateau_bench.sweep.tune import run_tune
+
+    truth = {1: 100.0, 2: 180.0, 4: 300.0, 8: 150.0}
+
+    async def measure(setting: dict[str, int], run_dir: Path) -> tuple[object, float | None]:
+        run_dir.mkdir(parents=True)
+        return _fake_sweep(truth[setting["parallel"]]), 0.1
+
+    calibrations: list[list[str]] = []
+
+    async def calibrate_on(run_dirs: object) -> object:
+        names = sorted(p.name for p in run_dirs)  # type: ignore[attr-defined]
+        calibrations.append(names)
+        linear = names == ["run-parallel-2"]    # the start alone: throughput taken to grow with the cap
+
+        async def predict(setting: dict[str, int]) -> float:
+            x = setting["parallel"]
+            return 90.0 * x if linear else truth[x] * 1.05
+        return predict
+
+    done = asyncio.run(run_tune([parse_param("parallel=1..8")], {"parallel": 2}, measure, tmp_path,  # type: ignore[arg-type]
+                                workload=WorkloadSpec(), candidates=3, calibrate_on=calibrate_on))  # type: ignore[arg-type]
+    by_x = {t.setting["parallel"]: t for t in done.trials}
+    assert calibrations[:2] == [["run-parallel-2"], ["run-parallel-2", "run-parallel-8"]]
+    assert by_x[8].why == "candidate" and by_x[8].predicted_tok_s == 720 and by_x[8].predicted_from == [{"parallel": 2}]
+    assert by_x[4].why == "candidate" and by_x[4].predicted_tok_s == pytest.approx(315)
+    assert by_x[4].predicted_from == [{"parallel": 2}, {"parallel": 8}]
+    assert done.recommendation == {"parallel": 4} and done.recommended_tok_s == 300
+    # x=8's prediction was 380 % high, so no prediction bounds what a setting may measure: the third round
+    # measures the last one too rather than stop on the model's word.
+    assert by_x[1].why == "candidate" and done.restarts == 4
+
+
+def test_the_rounds_end_when_no_setting_left_could_beat_the_best_measured(tmp_path: Path) -> None:
+    import asyncio
+
+    from plateau_bench.spec import WorkloadSpec
+    from plateau_bench.sweep.tune import run_tune
+
+    truth = {1: 100.0, 2: 190.0, 4: 300.0, 8: 310.0, 16: 312.0}
+
+    async def measure(setting: dict[str, int], run_dir: Path) -> tuple[object, float | None]:
+        run_dir.mkdir(parents=True)
+        return _fake_sweep(truth[setting["parallel"]]), 0.1
+
+    async def calibrate_on(run_dirs: object) -> object:
+        async def predict(setting: dict[str, int]) -> float:
+            return truth[setting["parallel"]] * (1.10 if setting["parallel"] == 16 else 1.0)
+        return predict
+
+    done = asyncio.run(run_tune([parse_param("parallel=1..16")], {"parallel": 4}, measure, tmp_path,  # type: ignore[arg-type]
+                                workload=WorkloadSpec(), candidates=4, calibrate_on=calibrate_on))  # type: ignore[arg-type]
+    # 16 (predicted 343) is measured first: 312, a +10 % error; 8 (predicted 310) could still beat 312
+    # if it were 10 % low, so it is measured; 2 (190) and 1 (100) could not, and are not.
+    assert sorted(t.setting["parallel"] for t in done.trials) == [4, 8, 16]
+    assert done.restarts == 3 and done.recommendation == {"parallel": 16}
+    assert any("no setting left could beat parallel=16 (312 tok/s measured) even if its prediction were 10% low"
+               in n for n in done.calibration_notes)
+
+
+def test_a_candidate_with_a_cap_is_swept_from_a_quarter_of_it() -> None:
+    from plateau_bench.analysis.slo import parse_slo
+    from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
+    from plateau_bench.sweep.tune import plan_for
+
+    params = [parse_param("parallel=4..64")]
+    plan = ConcurrencyPlan()
+    assert plan_for(plan, {"parallel": 4}, params, {"parallel": 4}) is plan            # the start climbs from 1
+    assert plan_for(plan, {"parallel": 64}, params, {"parallel": 4}).search.start == 16
+    assert plan_for(plan, {"parallel": 2}, [parse_param("parallel=2,4")], {"parallel": 4}).search.start == 1
+    with_slo = ConcurrencyPlan(limits=SweepLimits(slos=tuple(parse_slo("ttft_p99=2s"))))
+    assert plan_for(with_slo, {"parallel": 64}, params, {"parallel": 4}) is with_slo   # the boundary may be low
+    grid = ConcurrencyPlan(concurrencies=(1, 8))
+    assert plan_for(grid, {"parallel": 64}, params, {"parallel": 4}) is grid
+    unknown = [parse_param("gpu_memory_utilization=80,90")]
+    assert plan_for(plan, {"gpu_memory_utilization": 90}, unknown, {"gpu_memory_utilization": 80}) is plan

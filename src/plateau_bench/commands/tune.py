@@ -23,7 +23,7 @@ from plateau_bench.errors import ConfigError
 from plateau_bench.result import LevelResult, ResultFile
 from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration, parse_int_list
 from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
-from plateau_bench.sweep.tune import Measure
+from plateau_bench.sweep.tune import Measure, TuneParam, plan_for
 
 
 def free_port() -> int:
@@ -41,21 +41,22 @@ class _Quiet:
 
 
 def _measurer(serve: str, url: str | None, model: str | None, workload: WorkloadSpec, plan: ConcurrencyPlan,
-              ready_s: float, out_dir: Path) -> Measure:
+              ready_s: float, out_dir: Path, params: list[TuneParam], start: dict[str, int]) -> Measure:
     from plateau_bench.driver.server_process import ServerProcess
     from plateau_bench.sweep.session import measure, metrics_url_for, prepare
     from plateau_bench.sweep.tune import render
 
     async def measured(setting: dict[str, int], run_dir: Path) -> tuple[ResultFile, float | None]:
+        own = plan_for(plan, setting, params, start)
         port = free_port()
         base = url or f"http://127.0.0.1:{port}"
         log = out_dir / f"{run_dir.name}.server.log"
         print(f"plateau tune: starting the server with {setting} (log {log})", file=sys.stderr)
         async with ServerProcess(render(serve, setting, port), base, log, ready_timeout_s=ready_s) as server:
             target = o.target_spec(base, model, "completions", None, None, "600s")
-            prepared = await prepare(target, workload, 2 * plan.search.max_concurrency, wait_ready_s=None)
+            prepared = await prepare(target, workload, 2 * own.search.max_concurrency, wait_ready_s=None)
             m_url, required = metrics_url_for(prepared.target, None, False)
-            done = await measure(prepared, workload, plan, out_dir=run_dir, metrics_url=m_url,
+            done = await measure(prepared, workload, own, out_dir=run_dir, metrics_url=m_url,
                                  metrics_required=required, observer=_Quiet(), progress=lambda: None,
                                  existing="overwrite")
             return done.result, server.ready_s
@@ -115,7 +116,8 @@ def tune_cmd(  # long: one option per line
                                               slos=tuple(slos)))
     plan.validate()
     out.mkdir(parents=True, exist_ok=True)
-    measure = _measurer(serve, url, model, workload, plan, parse_duration(wait_ready, "--wait-ready"), out)
+    measure = _measurer(serve, url, model, workload, plan, parse_duration(wait_ready, "--wait-ready"), out, params,
+                        first)
     done = run_async(run_tune(params, first, measure, out, workload=workload, slos=slos, candidates=candidates,
                               brute_force=brute_force, serve=serve))
     text = msgspec.json.format(msgspec.json.encode(done), indent=2).decode()
@@ -131,11 +133,13 @@ def print_tune(console: Console, done: object, grid: int) -> None:
 
     assert isinstance(done, TuneResult)
     table = Table(title=f"plateau tune: {done.objective}" + (f" ({', '.join(done.slos)})" if done.slos else ""))
-    for col in ("setting", "measured because", "predicted tok/s", "measured tok/s", "prediction error"):
-        table.add_column(col, justify="left" if col in ("setting", "measured because") else "right")
+    left = ("setting", "measured because", "predicted from")
+    for col in (*left, "predicted tok/s", "measured tok/s", "prediction error"):
+        table.add_column(col, justify="left" if col in left else "right")
     for t in done.trials:
         err = t.error
-        table.add_row(", ".join(f"{k}={v}" for k, v in t.setting.items()), t.why,
+        basis = " + ".join("/".join(str(v) for v in s.values()) for s in t.predicted_from) or "-"
+        table.add_row(", ".join(f"{k}={v}" for k, v in t.setting.items()), t.why, basis,
                       f"{t.predicted_tok_s:,.0f}" if t.predicted_tok_s is not None else "-",
                       f"{t.measured_tok_s:,.0f}" if t.measured_tok_s is not None else "-",
                       f"{err:+.1%}" if err is not None else "-")

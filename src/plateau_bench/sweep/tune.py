@@ -7,14 +7,20 @@
    when the parameters are ones the engine models: admission caps (``max_num_seqs``,
    ``max_running_requests``, ``parallel``, ...) and step budgets (``max_num_batched_tokens``,
    ``chunked_prefill_size``). A parameter it does not model is measured at every value.
-3. The ``candidates`` best predicted settings are measured, each on a fresh server; the
-   recommendation is the best measured one. Predicted and measured figures are kept side by side,
-   with the restarts spent and what a brute-force grid would have spent (``--brute-force`` measures it
-   all too, for a check).
+3. The best predicted setting not yet measured is measured on a fresh server, then the twin is
+   calibrated again on every sweep measured so far and the rest predicted anew: a server whose step
+   time the first sweep could not foresee (llama.cpp's grows with its slot count, not only with the
+   batch) corrects the model before the next restart. At most ``candidates`` such rounds; they end
+   sooner when no setting left is predicted to beat the best measured one even by the largest error
+   the predictions have shown so far. The recommendation is the best measured setting. Predicted and
+   measured figures are kept side by side (each prediction with the sweeps it was calibrated on), with
+   the restarts spent and what a brute-force grid would have spent (``--brute-force`` measures it all
+   too, for a check, predicted by the last calibration).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 import shlex
@@ -28,6 +34,7 @@ from plateau_bench.analysis.slo import Slo
 from plateau_bench.errors import ConfigError, PlateauError
 from plateau_bench.result import ResultFile
 from plateau_bench.spec import WorkloadSpec
+from plateau_bench.sweep.plan import ConcurrencyPlan
 
 CAP_NAMES = {"max_num_seqs", "max_running_requests", "parallel", "np", "max_concurrent_requests",
              "max_batch_size", "max_num_seqs_per_replica"}
@@ -99,6 +106,22 @@ def settings(params: Sequence[TuneParam]) -> list[dict[str, int]]:
             for combo in itertools.product(*(p.values for p in params))]
 
 
+def plan_for(plan: ConcurrencyPlan, setting: dict[str, int], params: Sequence[TuneParam],
+             start: dict[str, int]) -> ConcurrencyPlan:
+    """The sweep of one setting. The start's climbs from the search's own start: its light levels are the
+    calibration's view of the fixed step cost. Another setting with a cap is scored by its plateau, which
+    lies at or above the cap's quarter unless the server saturates sooner, so its adaptive search starts
+    there (two doublings below the cap): a climb from C=1 spends levels the score does not use, and an
+    engine whose small batches cost as much as larger ones (llama.cpp on a CPU) can look flat long
+    before the cap. With an SLO the largest load meeting it may lie anywhere: the full climb."""
+    caps = [setting[p.name] for p in params if p.knob == "cap"]
+    if setting == start or not caps or plan.concurrencies is not None or plan.limits.slos:
+        return plan
+    first = min(max(1, min(caps) // 4), plan.search.max_concurrency)
+    search = msgspec.structs.replace(plan.search, start=max(plan.search.start, first))
+    return dataclasses.replace(plan, search=search)
+
+
 class TuneTrial(msgspec.Struct, kw_only=True):
     setting: dict[str, int]
     why: str                              # start | candidate | brute force | measured only
@@ -106,6 +129,8 @@ class TuneTrial(msgspec.Struct, kw_only=True):
     measured_tok_s: float | None = None
     run_dir: str | None = None
     server_ready_s: float | None = None
+    # The settings whose sweeps the prediction was calibrated on (measured before this one).
+    predicted_from: list[dict[str, int]] = msgspec.field(default_factory=list)
 
     @property
     def error(self) -> float | None:
@@ -150,12 +175,12 @@ def _name(setting: dict[str, int]) -> str:
     return "run-" + "-".join(f"{k}-{v}" for k, v in setting.items())
 
 
-async def predictor(run_dir: Path, params: Sequence[TuneParam], workload: WorkloadSpec, slos: Sequence[Slo],
-                    notes: list[str]) -> Predict:
-    """Predictions from the twin calibrated on the start setting's sweep."""
+async def predictor(run_dirs: Sequence[Path], params: Sequence[TuneParam], workload: WorkloadSpec,
+                    slos: Sequence[Slo], notes: list[str]) -> Predict:
+    """Predictions from the twin calibrated on the sweeps measured so far."""
     from plateau_bench.sweep.predict import Settings, load_sweep, predict
 
-    model = calibrate([load_sweep(run_dir)])
+    model = calibrate([load_sweep(d) for d in run_dirs])
     notes += model.notes
     largest = max(v for p in params if p.knob == "cap" for v in p.values) if any(p.knob == "cap" for p in params) \
         else model.engine.max_num_seqs
@@ -177,62 +202,120 @@ async def predictor(run_dir: Path, params: Sequence[TuneParam], workload: Worklo
     return predicted
 
 
-async def run_tune(params: Sequence[TuneParam], start: dict[str, int], measure: Measure, out_dir: Path, *,
-                   workload: WorkloadSpec, slos: Sequence[Slo] = (), candidates: int = 2,
-                   brute_force: bool = False, serve: str = "") -> TuneResult:
-    """Measure ``start``, predict the grid, measure the best ``candidates`` (see the module docstring)."""
-    grid = settings(params)
-    if _key(start) not in {_key(s) for s in grid}:
-        raise ConfigError(f"--start {start} is not in the --param grid")
-    trials: dict[tuple[tuple[str, int], ...], TuneTrial] = {}
+Calibrate = Callable[[Sequence[Path]], Awaitable[Predict]]
 
-    async def measured(setting: dict[str, int], why: str, predicted: float | None = None) -> TuneTrial:
-        run_dir = out_dir / _name(setting)
+
+class _Search:
+    """The trials of one tune and the model of the moment (see the module docstring)."""
+
+    def __init__(self, grid: list[dict[str, int]], measure: Measure, out_dir: Path, calibrate_on: Calibrate,
+                 use_slo: bool) -> None:
+        self.grid = grid
+        self.measure = measure
+        self.use_slo = use_slo
+        self.out_dir = out_dir
+        self.calibrate_on = calibrate_on
+        self.trials: dict[tuple[tuple[str, int], ...], TuneTrial] = {}
+        self.predictions: dict[tuple[tuple[str, int], ...], float | None] = {}
+        self.basis: list[dict[str, int]] = []     # the settings the current predictions were calibrated on
+
+    async def measured(self, setting: dict[str, int], why: str) -> TuneTrial:
+        run_dir = self.out_dir / _name(setting)
+        predicted = self.predictions.get(_key(setting))
+        trial = TuneTrial(setting=setting, why=why, predicted_tok_s=predicted, run_dir=str(run_dir),
+                          predicted_from=list(self.basis) if predicted is not None else [])
+        self.trials[_key(setting)] = trial
         try:
-            result, ready_s = await measure(setting, run_dir)
+            result, trial.server_ready_s = await self.measure(setting, run_dir)
         except PlateauError as exc:
             if why == "start":
                 raise
             # A setting the server cannot start with (or that fails its sweep) is a result, not the end
             # of the tune: what was measured before it is kept.
-            trial = TuneTrial(setting=setting, why=f"{why} (failed: {exc})", predicted_tok_s=predicted,
-                              run_dir=str(run_dir))
-            trials[_key(setting)] = trial
+            trial.why = f"{why} (failed: {exc})"
             return trial
-        trial = TuneTrial(setting=setting, why=why, predicted_tok_s=predicted,
-                          measured_tok_s=objective_value(result, bool(slos)), run_dir=str(run_dir),
-                          server_ready_s=ready_s)
-        trials[_key(setting)] = trial
+        trial.measured_tok_s = objective_value(result, self.use_slo)
         return trial
 
-    first = await measured(start, "start")
+    async def recalibrate(self) -> None:
+        ok = [t for t in self.trials.values() if t.measured_tok_s is not None and t.run_dir]
+        predict = await self.calibrate_on([Path(t.run_dir or "") for t in ok])
+        self.basis = [t.setting for t in ok]
+        self.predictions = {_key(s): await predict(s) for s in self.grid}
+
+    def unmeasured(self) -> list[dict[str, int]]:
+        return [s for s in self.grid if _key(s) not in self.trials]
+
+    def best(self) -> TuneTrial | None:
+        own = [t for t in self.trials.values() if t.measured_tok_s is not None]
+        return max(own, key=lambda t: t.measured_tok_s or 0.0, default=None)
+
+    def worst_error(self) -> float:
+        return max((abs(t.error) for t in self.trials.values() if t.error is not None), default=0.0)
+
+    def next_candidate(self) -> tuple[dict[str, int] | None, str]:
+        left = [s for s in self.unmeasured() if self.predictions.get(_key(s)) is not None]
+        if not left:
+            return None, "every setting the twin predicts is measured"
+        top = max(left, key=lambda s: self.predictions[_key(s)] or 0.0)
+        best, margin = self.best(), self.worst_error()
+        # Predictions have been off by up to ``margin``: a setting predicted at p may measure up to p / (1 - margin).
+        if best is not None and (self.predictions[_key(top)] or 0.0) <= (best.measured_tok_s or 0.0) * (1.0 - margin):
+            return None, (f"no setting left could beat {_label(best.setting)} ({best.measured_tok_s:,.0f} tok/s "
+                          f"measured) even if its prediction were {margin:.0%} low, the largest error so far")
+        return top, ""
+
+
+def _label(setting: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in setting.items())
+
+
+async def run_tune(params: Sequence[TuneParam], start: dict[str, int], measure: Measure, out_dir: Path, *,
+                   workload: WorkloadSpec, slos: Sequence[Slo] = (), candidates: int = 2,
+                   brute_force: bool = False, serve: str = "", calibrate_on: Calibrate | None = None) -> TuneResult:
+    """Measure ``start``, then predict, measure and recalibrate (see the module docstring).
+
+    ``calibrate_on`` turns the measured sweeps' run directories into a predictor (default: the twin's
+    calibration, ``predictor``)."""
+    grid = settings(params)
+    if _key(start) not in {_key(s) for s in grid}:
+        raise ConfigError(f"--start {start} is not in the --param grid")
     notes: list[str] = []
+
+    async def calibrated(run_dirs: Sequence[Path]) -> Predict:
+        round_notes: list[str] = []
+        made = await predictor(run_dirs, params, workload, slos, round_notes)
+        notes[:] = round_notes    # the last calibration's notes
+        return made
+
+    search = _Search(grid, measure, out_dir, calibrate_on or calibrated, bool(slos))
+    await search.measured(start, "start")
     known = all(p.knob for p in params)
-    predictions: dict[tuple[tuple[str, int], ...], float | None] = {}
     if known:
-        predict = await predictor(Path(first.run_dir or out_dir), params, workload, slos, notes)
-        for setting in grid:
-            predictions[_key(setting)] = await predict(setting)
-        first.predicted_tok_s = predictions[_key(start)]
-        ranked = sorted((s for s in grid if _key(s) != _key(start)),
-                        key=lambda s: -(predictions[_key(s)] or 0.0))
-        for setting in ranked[:candidates]:
-            await measured(setting, "candidate", predictions[_key(setting)])
+        await search.recalibrate()
+        search.trials[_key(start)].predicted_tok_s = search.predictions.get(_key(start))
+        search.trials[_key(start)].predicted_from = list(search.basis)
+        stopped = ""
+        for _ in range(candidates):
+            setting, stopped = search.next_candidate()
+            if setting is None:
+                break
+            if (await search.measured(setting, "candidate")).measured_tok_s is not None:
+                await search.recalibrate()
+        if stopped:
+            notes.append(f"stopped before --candidates {candidates}: {stopped}")
     else:
         notes.append("a parameter the twin does not model: every setting measured")
-        for setting in grid:
-            if _key(setting) not in trials:
-                await measured(setting, "measured only")
-    restarts = len(trials)
-    own = [t for t in trials.values() if t.measured_tok_s is not None]
+        for setting in search.unmeasured():
+            await search.measured(setting, "measured only")
+    restarts = len(search.trials)
+    best = search.best()
     if brute_force:
-        for setting in grid:
-            if _key(setting) not in trials:
-                await measured(setting, "brute force", predictions.get(_key(setting)))
-    best = max(own, key=lambda t: t.measured_tok_s or 0.0, default=None)
+        for setting in search.unmeasured():
+            await search.measured(setting, "brute force")
     return TuneResult(serve=redact_command(serve), params=list(params), objective="slo throughput" if slos
                       else "throughput", slos=[s.describe() for s in slos],
-                      trials=sorted(trials.values(), key=lambda t: _key(t.setting)),
+                      trials=sorted(search.trials.values(), key=lambda t: _key(t.setting)),
                       recommendation=best.setting if best else None,
                       recommended_tok_s=best.measured_tok_s if best else None, restarts=restarts,
                       brute_force_restarts=len(grid), predicted=known, calibration_notes=notes)

@@ -55,7 +55,7 @@ class Block:
     rel: float  # tests/test_readme.py: a number may differ from the rerun by rel * |rerun| ...
     abs: float  # ... or by abs, whichever is larger
     slow: bool = False  # real time: tens of seconds or more
-    needs: str | None = None  # "llamacpp": a provisioned llama-server
+    needs: str | None = None  # "llamacpp": a llama-server started here; "llamacpp-binary": its binary and model
     excerpt_from: str | None = None  # show each output from its first line starting with this
     # Looser (rel, abs) for the numbers of lines containing a key, where a figure is real-time noise.
     loose: tuple[tuple[str, float, float], ...] = ()
@@ -185,6 +185,11 @@ BLOCKS = {
               rel=0.01, abs=0.01, slow=True),
         Block("fidelity", "the twin against the reference runs, with the bands tests/sim/test_fidelity.py asserts",
               rel=0.01, abs=0.01, figure=_fidelity_table),
+        Block("llamacpp-tune", "plateau tune starting llama-server at --parallel 2..16, brute force as a check "
+              "(real servers, ~8 min)", rel=0.25, abs=3.0, slow=True, needs="llamacpp-binary",
+              excerpt_from="plateau tune: throughput",
+              # A prediction's error is a ratio of two real-time figures: far noisier than either.
+              loose=(("parallel=", 1.0, 30.0),)),
         Block("llamacpp-sweep", "adaptive sweeps of a real llama-server (--parallel 4), with and without /metrics",
               rel=0.25, abs=3.0, slow=True, needs="llamacpp", excerpt_from="Plateau:",
               loose=(("TTFT p50 grew", 1.0, 15.0),)),
@@ -235,8 +240,8 @@ def _argv(command: str) -> list[str]:
 def _excerpt(output: str, start: str | None) -> str:
     lines = output.rstrip("\n").split("\n")
     if start is not None:
-        first = next((i for i, line in enumerate(lines) if line.startswith(start)), None)
-        if first is not None and first > 0:
+        first = next((i for i, line in enumerate(lines) if line.lstrip().startswith(start)), None)
+        if first is not None and first > 0:   # (a table's title is centred: its leading spaces kept)
             return "\n".join(["...", *lines[first:]])
     return "\n".join(lines)
 
@@ -249,6 +254,11 @@ def _environment(block: Block) -> Iterator[dict[str, str]]:
         return
     from support import real_servers
 
+    if block.needs == "llamacpp-binary":   # the block's command starts its own servers
+        binary, gguf = real_servers.llamacpp_binary(), real_servers.gguf_model("mid")
+        real_servers.require_provisioned("llamacpp", [binary, gguf])
+        yield {"LLAMA_SERVER": str(binary), "GGUF_MODEL": str(gguf)}
+        return
     if hasattr(os, "sched_setaffinity") and real_servers.client_cpus():
         os.sched_setaffinity(0, real_servers.client_cpus())  # the load generator off the server's cores
     handle = real_servers.start_llamacpp(parallel=4, model="mid")
@@ -276,6 +286,8 @@ def run_commands(block: Block, commands: list[str]) -> str:
                 raise SystemExit(f"{block.name}: `{command}` exited {done.returncode}:\n{done.stderr[-3000:]}")
             output = re.sub(re.escape(str(scratch)) + r"/\S+", "<temporary directory>", done.stdout + done.stderr)
             output = output.replace(work + os.sep, "")
+            for variable, value in extra.items():   # the paths a machine put in, shown as the command names them
+                output = output.replace(value, f"${variable}")
             output = "\n".join(line.rstrip() for line in output.split("\n"))
             out += [f"$ {command}", _excerpt(output, block.excerpt_from)]
     out.append(FENCE)

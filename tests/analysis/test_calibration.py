@@ -77,7 +77,18 @@ def test_client_alone_the_kv_cache_is_a_lower_bound() -> None:
     model = calibrate([sweep("seed-a-tp8ep", 128, metrics=False)])
     assert model.kv_source == "client lower bound"
     assert model.engine.kv_tokens == pytest.approx(256 * (128 + 512), rel=0.02)
-    assert any("lower bound" in note for note in model.notes)
+    assert any("lower bound" in note and "enable /metrics" in note for note in model.notes)
+
+
+def test_a_server_whose_metrics_state_no_kv_capacity_is_told_so_not_to_enable_them() -> None:
+    import msgspec
+
+    full = sweep("seed-a-tp8ep", 128)
+    levels = [msgspec.structs.replace(lv, telemetry=msgspec.structs.replace(lv.telemetry, kv_capacity_tokens=None))
+              for lv in full.result.levels]   # as llama.cpp's /metrics: gauges, but no KV capacity
+    model = calibrate([msgspec.structs.replace(full, result=msgspec.structs.replace(full.result, levels=levels))])
+    assert model.kv_source == "client lower bound"
+    assert any("lower bound" in note and "/metrics does not state it" in note for note in model.notes)
 
 
 @pytest.mark.slow   # a second or more: kept out of the inner loop

@@ -293,8 +293,10 @@ def calibrate(sweeps: Sequence[Sweep]) -> CalibratedModel:
         notes.append(f"no admission cap showed: the twin admits up to {cap} (set --max-num-seqs to what the "
                      "server runs with)")
     if kv_source != "server":
+        scraped = any(lv.telemetry.engine or lv.telemetry.running_max is not None for r in results for lv in r.levels)
+        why = ("the server's /metrics does not state it" if scraped else "enable /metrics for the server's figure")
         notes.append(f"KV capacity {kv_tokens:,} tokens is a lower bound (the most sequences seen decoding at "
-                     "once, at their full length): enable /metrics for the server's figure")
+                     f"once, at their full length): {why}")
     notes.append(f"step budget {DEFAULT_BUDGET:,} tokens assumed (a client cannot see it; set "
                  "--max-num-batched-tokens)")
     levels = [LevelFit(run=r.run, label=r.label, batch=r.batch, measured_ms=r.y * 1e3,

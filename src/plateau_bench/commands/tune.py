@@ -32,16 +32,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class _Quiet:
+class _Levels:
+    """One stderr line per measured level (nothing with ``--quiet``)."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+
     def level_started(self, level: LevelSpec, phase: str) -> None:
         pass
 
     def level_finished(self, level: LevelResult) -> None:
-        print(f"  {level.label}: {level.output_throughput:,.0f} tok/s", file=sys.stderr)
+        if not self.quiet:
+            print(f"  {level.label}: {level.output_throughput:,.0f} tok/s", file=sys.stderr)
 
 
 def _measurer(serve: str, url: str | None, model: str | None, workload: WorkloadSpec, plan: ConcurrencyPlan,
-              ready_s: float, out_dir: Path, params: list[TuneParam], start: dict[str, int]) -> Measure:
+              ready_s: float, out_dir: Path, params: list[TuneParam], start: dict[str, int],
+              quiet: bool = False) -> Measure:
     from plateau_bench.driver.server_process import ServerProcess
     from plateau_bench.sweep.session import measure, metrics_url_for, prepare
     from plateau_bench.sweep.tune import render
@@ -51,13 +58,14 @@ def _measurer(serve: str, url: str | None, model: str | None, workload: Workload
         port = free_port()
         base = url or f"http://127.0.0.1:{port}"
         log = out_dir / f"{run_dir.name}.server.log"
-        print(f"plateau tune: starting the server with {setting} (log {log})", file=sys.stderr)
+        if not quiet:
+            print(f"plateau tune: starting the server with {setting} (log {log})", file=sys.stderr)
         async with ServerProcess(render(serve, setting, port), base, log, ready_timeout_s=ready_s) as server:
             target = o.target_spec(base, model, "completions", None, None, "600s")
             prepared = await prepare(target, workload, 2 * own.search.max_concurrency, wait_ready_s=None)
             m_url, required = metrics_url_for(prepared.target, None, False)
             done = await measure(prepared, workload, own, out_dir=run_dir, metrics_url=m_url,
-                                 metrics_required=required, observer=_Quiet(), progress=lambda: None,
+                                 metrics_required=required, observer=_Levels(quiet), progress=lambda: None,
                                  existing="overwrite")
             return done.result, server.ready_s
     return measured
@@ -90,6 +98,7 @@ def tune_cmd(  # long: one option per line
     out: Annotated[Path, typer.Option("--out", help="Directory for the sweeps, server logs and tune.json.")]
     = Path("runs/tune"),
     as_json: o.Json = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No line per server start and level.")] = False,
 ) -> None:
     """Find the best server setting: measure one, calibrate the twin, measure only what it predicts best."""
     from plateau_bench.sweep.tune import check_template, parse_param, run_tune, settings
@@ -117,7 +126,7 @@ def tune_cmd(  # long: one option per line
     plan.validate()
     out.mkdir(parents=True, exist_ok=True)
     measure = _measurer(serve, url, model, workload, plan, parse_duration(wait_ready, "--wait-ready"), out, params,
-                        first)
+                        first, quiet)
     done = run_async(run_tune(params, first, measure, out, workload=workload, slos=slos, candidates=candidates,
                               brute_force=brute_force, serve=serve))
     text = msgspec.json.format(msgspec.json.encode(done), indent=2).decode()

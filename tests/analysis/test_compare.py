@@ -270,6 +270,21 @@ def test_workload_differences_read_every_typed_setting() -> None:
     assert compare_runs([run("x", [1.0], grid=(1,)), run("y", [2.0], grid=(1,))]).warnings == ()
 
 
+def test_workload_differences_know_prefixes_sessions_traces_and_distributions() -> None:
+    from plateau_bench.spec import parse_length
+
+    shared = {"input_len": 128, "output_len": 128}
+    a = run("a", [1.0, 2.0], grid=(1, 2), spec=spec(workload={**shared, "seed": 1}))
+    b = run("b", [1.0, 2.0], grid=(1, 2), spec=spec(workload={
+        **shared, "seed": 2, "prefix_groups": 4, "prefix_len": 512, "sessions": 8,
+        "turns": msgspec.to_builtins(parse_length("uniform:2,6", "--turns")), "trace": "azure.csv",
+        "output_dist": msgspec.to_builtins(parse_length("lognormal:200,80", "--output-len"))}))
+    warnings = compare_runs([a, b]).warnings
+    assert [w.split(" (")[0] for w in warnings] == [f"the workloads differ in {k}" for k in (
+        "output_dist", "prefix_groups", "prefix_len", "sessions", "turns", "trace")]   # not the seed
+    assert "turns (a=unknown, b=uniform:2,6)" in warnings[4]
+
+
 def test_an_unknown_endpoint_is_no_difference() -> None:
     workload = {"input_len": 128, "output_len": 512}
     real = run("real", [1.0, 2.0], grid=(1, 2), spec=spec(workload=workload,

@@ -54,9 +54,15 @@ from plateau_bench.analysis.slo import STATS, Slo, goodput, level_meets
 from plateau_bench.errors import ConfigError, ResultsError
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import Knee, LevelResult, Plateau, RunSpec
+from plateau_bench.spec import LengthSpec, WorkloadSpec
 from plateau_bench.units import NS
 
-WORKLOAD_KEYS = ("input_len", "output_len", "range_ratio", "dataset")
+# Every workload setting that changes the load a server sees (lengths, their spread, shared prefixes,
+# conversations, a trace), read from the spec itself so a new setting is compared without being listed.
+# Not these: the seed draws other prompts from the same distributions, the tokenizer only makes the
+# lengths exact, and the session header is a routing name.
+_SAME_LOAD = frozenset({"seed", "tokenizer", "session_header"})
+WORKLOAD_KEYS = tuple(f.name for f in msgspec.structs.fields(WorkloadSpec) if f.name not in _SAME_LOAD)
 
 
 @dataclass(frozen=True)
@@ -287,7 +293,7 @@ def _setting(spec: RunSpec, key: str) -> object:
     if key == "endpoint":
         return spec.target.endpoint if spec.target is not None else None
     value: object = getattr(spec.workload, key)
-    return value
+    return value.text if isinstance(value, LengthSpec) else value   # as the command line wrote it
 
 
 def workload_differences(runs: Sequence[RunData]) -> list[str]:

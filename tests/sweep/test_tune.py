@@ -175,3 +175,34 @@ def test_a_candidate_with_a_cap_is_swept_from_a_quarter_of_it() -> None:
     assert plan_for(grid, {"parallel": 64}, params, {"parallel": 4}) is grid
     unknown = [parse_param("gpu_memory_utilization=80,90")]
     assert plan_for(plan, {"gpu_memory_utilization": 90}, unknown, {"gpu_memory_utilization": 80}) is plan
+
+
+def test_sweeps_that_do_not_calibrate_together_keep_the_last_models_word(tmp_path: Path) -> None:
+    import asyncio
+
+    from plateau_bench.errors import ResultsError
+    from plateau_bench.spec import WorkloadSpec
+    from plateau_bench.sweep.tune import run_tune
+
+    truth = {1: 100.0, 2: 190.0, 4: 320.0, 8: 280.0}
+    first_model = {1: 100.0, 2: 190.0, 4: 300.0, 8: 350.0}
+
+    async def measure(setting: dict[str, int], run_dir: Path) -> tuple[object, float | None]:
+        run_dir.mkdir(parents=True)
+        return _fake_sweep(truth[setting["parallel"]]), 0.1
+
+    async def calibrate_on(run_dirs: object) -> object:
+        if len(run_dirs) > 1:  # type: ignore[arg-type]
+            raise ResultsError("calibration needs levels at two or more decoding batches")
+
+        async def predict(setting: dict[str, int]) -> float:
+            return first_model[setting["parallel"]]
+        return predict
+
+    done = asyncio.run(run_tune([parse_param("parallel=1..8")], {"parallel": 2}, measure, tmp_path,  # type: ignore[arg-type]
+                                workload=WorkloadSpec(), candidates=2, calibrate_on=calibrate_on))  # type: ignore[arg-type]
+    by_x = {t.setting["parallel"]: t for t in done.trials}
+    assert by_x[8].why == by_x[4].why == "candidate"          # the second chosen by the first model
+    # x=8 measured 25 % under its prediction, so x=4 (predicted 300) could still beat its 280
+    assert by_x[4].predicted_from == [{"parallel": 2}] and done.recommendation == {"parallel": 4}
+    assert sum("not calibrated again after parallel=8: calibration needs" in n for n in done.calibration_notes) == 1

@@ -240,8 +240,8 @@ class _Search:
     async def recalibrate(self) -> None:
         ok = [t for t in self.trials.values() if t.measured_tok_s is not None and t.run_dir]
         predict = await self.calibrate_on([Path(t.run_dir or "") for t in ok])
-        self.basis = [t.setting for t in ok]
-        self.predictions = {_key(s): await predict(s) for s in self.grid}
+        predictions = {_key(s): await predict(s) for s in self.grid}
+        self.basis, self.predictions = [t.setting for t in ok], predictions
 
     def unmeasured(self) -> list[dict[str, int]]:
         return [s for s in self.grid if _key(s) not in self.trials]
@@ -280,12 +280,13 @@ async def run_tune(params: Sequence[TuneParam], start: dict[str, int], measure: 
     grid = settings(params)
     if _key(start) not in {_key(s) for s in grid}:
         raise ConfigError(f"--start {start} is not in the --param grid")
-    notes: list[str] = []
+    model_notes: list[str] = []   # the last calibration's
+    notes: list[str] = []         # the tune's own
 
     async def calibrated(run_dirs: Sequence[Path]) -> Predict:
         round_notes: list[str] = []
         made = await predictor(run_dirs, params, workload, slos, round_notes)
-        notes[:] = round_notes    # the last calibration's notes
+        model_notes[:] = round_notes
         return made
 
     search = _Search(grid, measure, out_dir, calibrate_on or calibrated, bool(slos))
@@ -300,8 +301,12 @@ async def run_tune(params: Sequence[TuneParam], start: dict[str, int], measure: 
             setting, stopped = search.next_candidate()
             if setting is None:
                 break
-            if (await search.measured(setting, "candidate")).measured_tok_s is not None:
+            if (await search.measured(setting, "candidate")).measured_tok_s is None:
+                continue
+            try:
                 await search.recalibrate()
+            except PlateauError as exc:   # the sweeps together do not calibrate: keep the last model's word
+                notes.append(f"not calibrated again after {_label(setting)}: {exc}")
         if stopped:
             notes.append(f"stopped before --candidates {candidates}: {stopped}")
     else:
@@ -318,4 +323,5 @@ async def run_tune(params: Sequence[TuneParam], start: dict[str, int], measure: 
                       trials=sorted(search.trials.values(), key=lambda t: _key(t.setting)),
                       recommendation=best.setting if best else None,
                       recommended_tok_s=best.measured_tok_s if best else None, restarts=restarts,
-                      brute_force_restarts=len(grid), predicted=known, calibration_notes=notes)
+                      brute_force_restarts=len(grid), predicted=known,
+                      calibration_notes=[*model_notes, *notes])

@@ -39,12 +39,12 @@ def _serve_template() -> str:
             "--parallel {parallel} -c 8192 -t 1 -tb 1 --metrics --slots --no-webui")
 
 
-@pytest.mark.timeout(1500)   # four llama.cpp servers, each swept (~6 min on two cores)
+@pytest.mark.timeout(1500)   # four llama.cpp servers, each swept (~4 min on two cores)
 def test_tune_recommends_the_brute_force_best_for_fewer_restarts(tmp_path: Path, plateau_cli: PlateauCli) -> None:
     code, output = plateau_cli.invoke(
         "tune", "--serve", _serve_template(), "--param", "parallel=2..16", "--start", "parallel=4",
-        "--input-len", "32", "--output-len", "64", "--min-level-time", "3s", "--max-level-time", "10s",
-        "--max-concurrency", "64", "--brute-force", "--quiet", "--out", str(tmp_path),
+        "--input-len", "32", "--output-len", "64", "--min-level-time", "2s", "--max-level-time", "8s",
+        "--max-concurrency", "32", "--brute-force", "--quiet", "--out", str(tmp_path),
     )  # fmt: skip
     assert code == 0, output
     done = msgspec.json.decode((tmp_path / "tune.json").read_bytes(), type=TuneResult)

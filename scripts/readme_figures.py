@@ -240,8 +240,9 @@ def _argv(command: str) -> list[str]:
 def _excerpt(output: str, start: str | None) -> str:
     lines = output.rstrip("\n").split("\n")
     if start is not None:
+        # lstrip: a table's title is centred; the line shown keeps its leading spaces
         first = next((i for i, line in enumerate(lines) if line.lstrip().startswith(start)), None)
-        if first is not None and first > 0:   # (a table's title is centred: its leading spaces kept)
+        if first is not None and first > 0:
             return "\n".join(["...", *lines[first:]])
     return "\n".join(lines)
 

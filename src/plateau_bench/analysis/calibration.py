@@ -10,8 +10,8 @@ per level:
 
     TPOT = t0 + a*B + b*(r*P*TPOT) + c*(B*(P + O/2))
 
-and, from the lightest level (one request at a time), one for the prompt's own step:
-``TTFT = t0 + b*P``. Weighted least squares on relative errors (every level counts alike)
+and, from the level with the fastest first token (usually the lightest), one for the prompt's own
+step: ``TTFT = t0 + a*(B-1) + b*P``. Weighted least squares on relative errors (every level counts alike)
 gives the coefficients, their standard errors (when there are more rows than unknowns) and the
 residual of every level.
 
@@ -170,13 +170,26 @@ def _rows(sweep: Sweep) -> list[_Row]:
         context = prompt + output / 2.0
         rows.append(_Row(run, lv.label, batch, (1.0, batch, _prefill_per_step(lv, prompt, output, tpot),
                                                 batch * context), tpot, "tpot", context))
-    light = min((lv for lv in levels if _usable(lv) and lv.ttft_ms.p50 and (decode_batch(lv) or (9.0,))[0] <= 1.5),
-                key=lambda lv: lv.decoding_concurrency, default=None)
-    if light is not None:
-        prompt, _ = sweep.lengths_of(light)
-        rows.append(_Row(run, light.label, 1.0, (1.0, 0.0, prompt, 0.0), float(light.ttft_ms.p50 or 0) / 1e3,
-                         "ttft", 0.0))
-    return rows
+    prompt_row = _prompt_row(sweep)
+    return [*rows, prompt_row] if prompt_row is not None else rows
+
+
+def _prompt_row(sweep: Sweep) -> _Row | None:
+    """The prompt's own step, from the level with the fastest first token (one without a queue: waiting
+    only adds): a first token cannot come sooner than the step that prefills its prompt alongside the
+    others decoding then, so that TTFT bounds ``t0 + a*(B-1) + b*P`` from above. The lightest level alone is not enough: an idle
+    server's first token can carry latency outside the engine (llama.cpp's server: 71 ms at one request
+    at a time, 16 ms at two on the same 65-token prompt), which would read as a prefill cost per token
+    several times too high and a twin that stalls its decoders on every prompt."""
+    candidates = [lv for lv in sweep.result.levels
+                  if _usable(lv) and lv.ttft_ms.p50 and decode_batch(lv) is not None]
+    light = min(candidates, key=lambda lv: float(lv.ttft_ms.p50 or 0.0), default=None)
+    if light is None:
+        return None
+    batch = (decode_batch(light) or (1.0,))[0]
+    prompt, _ = sweep.lengths_of(light)
+    return _Row(sweep.name, light.label, batch, (1.0, max(batch - 1.0, 0.0), prompt, 0.0),
+                float(light.ttft_ms.p50 or 0) / 1e3, "ttft", 0.0)
 
 
 def _solve(rows: list[_Row], free: list[int], t0: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:

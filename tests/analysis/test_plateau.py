@@ -155,6 +155,10 @@ def test_a_doubling_that_only_queued_is_flat_whatever_its_measured_gain() -> Non
     at_32 = _level_point(32, 242.0, 3.8, 31.5, 4.0, 28.0)
     plateau = find_plateau([*lows, at_8, at_16, at_32])
     assert plateau is not None and plateau.reached and plateau.concurrency == 4
+    # Its throughput is every level that ran the cap's batch with a longer queue, not the luckiest window
+    # (C=16 alone is within 5 % of itself); C=4, still filling its batch (3.7), is not among them.
+    assert plateau.levels == (8, 16, 32)
+    assert plateau.throughput == pytest.approx((240.0 + 266.0 + 242.0) / 3)
     # The same gain with the batch growing (no cap: more requests decode at once) is growth.
     grown = _level_point(16, 266.0, 7.5, 15.8, 8.0, 0.5)
     assert find_plateau([*lows, at_8, grown]) is None

@@ -21,8 +21,10 @@ Vocabulary (all pure functions of measured points ``(concurrency, throughput, ci
   runs the same batch at both levels, so a further doubling can only lengthen its queue: it is not
   measured. Without the server's gauges the second flat doubling is measured: from the client alone
   it is the evidence that tells a cap from a cache that fills (``diagnosis_cap``).
-  Its throughput is the mean of the levels within ``plateau_gain`` of the best level at or above the
-  first flat level (robust to a curve that falls after its peak).
+  Its throughput is the mean of the levels at or above the first flat level that are within
+  ``plateau_gain`` of the best one or ran its decoding batch with only a longer queue (robust to a
+  curve that falls after its peak, and to a shared machine's drift between same-batch levels, which
+  would otherwise leave the luckiest window alone as the plateau).
 * The **knee** is the smallest concurrency whose throughput reaches ``knee_fraction`` (95 %) of
   the plateau, interpolated linearly in log2(concurrency) between the two measured levels that
   bracket it. ``bracket`` names those levels; refinement (geometric bisection) narrows it.
@@ -92,6 +94,7 @@ def is_flat(lower: Point, upper: Point, plateau_gain: float) -> bool:
 CAPPED_DECODING_GROWTH = 0.02
 CAPPED_WAITING_SHARE = 1 / 3
 KV_FULL = 0.95
+SAME_BATCH_SHRINK = 0.05
 
 
 def queued_only(lower: Point, upper: Point) -> bool:
@@ -101,6 +104,17 @@ def queued_only(lower: Point, upper: Point) -> bool:
     no_more_admitted = upper.decoding <= lower.decoding * (1 + CAPPED_DECODING_GROWTH)
     waiting = upper.achieved - upper.decoding
     return no_more_admitted and waiting >= CAPPED_WAITING_SHARE * upper.achieved
+
+
+def same_batch_queued(a: Point, b: Point) -> bool:
+    """Whether two levels ran the server in the same state: the higher one only added waiting requests
+    (``queued_only``) and decoded at least ``SAME_BATCH_SHRINK`` less (a time-averaged batch moves by a
+    tenth of a request from window to window; fewer decoding is a cache thrashing, which is real). Their
+    throughputs then differ only by the step time drifting between windows."""
+    lower, upper = sorted((a, b), key=lambda p: p.concurrency)
+    if lower is upper or not queued_only(lower, upper) or upper.decoding is None or lower.decoding is None:
+        return False
+    return upper.decoding >= lower.decoding * (1 - SAME_BATCH_SHRINK)
 
 
 def capped(lower: Point, upper: Point) -> bool:
@@ -153,8 +167,8 @@ def find_plateau(points: Sequence[Point], plateau_gain: float = 0.05) -> Plateau
         first -= 1
     start = pairs[first][0]
     top = [p for p in pts if p.concurrency >= start.concurrency]
-    best = max(p.throughput for p in top)
-    flat_top = [p for p in top if p.throughput >= best * (1 - plateau_gain)]
+    peak = max(top, key=lambda p: p.throughput)
+    flat_top = [p for p in top if p.throughput >= peak.throughput * (1 - plateau_gain) or same_batch_queued(p, peak)]
     last_lower, last_upper, _ = pairs[-1]
     return Plateau(
         throughput=sum(p.throughput for p in flat_top) / len(flat_top),

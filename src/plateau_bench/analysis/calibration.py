@@ -177,10 +177,11 @@ def _rows(sweep: Sweep) -> list[_Row]:
 def _prompt_row(sweep: Sweep) -> _Row | None:
     """The prompt's own step, from the level with the fastest first token (one without a queue: waiting
     only adds): a first token cannot come sooner than the step that prefills its prompt alongside the
-    others decoding then, so that TTFT bounds ``t0 + a*(B-1) + b*P`` from above. The lightest level alone is not enough: an idle
-    server's first token can carry latency outside the engine (llama.cpp's server: 71 ms at one request
-    at a time, 16 ms at two on the same 65-token prompt), which would read as a prefill cost per token
-    several times too high and a twin that stalls its decoders on every prompt."""
+    others decoding then, so that TTFT bounds ``t0 + a*(B-1) + b*P`` from above. The lightest level
+    alone is not enough: an idle server's first token can carry latency outside the engine
+    (llama.cpp's server: 71 ms at one request at a time, 16 ms at two on the same 65-token prompt),
+    which would read as a prefill cost per token several times too high and a twin that stalls its
+    decoders on every prompt."""
     candidates = [lv for lv in sweep.result.levels
                   if _usable(lv) and lv.ttft_ms.p50 and decode_batch(lv) is not None]
     light = min(candidates, key=lambda lv: float(lv.ttft_ms.p50 or 0.0), default=None)

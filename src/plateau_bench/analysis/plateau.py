@@ -108,7 +108,7 @@ def queued_only(lower: Point, upper: Point) -> bool:
 
 def same_batch_queued(a: Point, b: Point) -> bool:
     """Whether two levels ran the server in the same state: the higher one only added waiting requests
-    (``queued_only``) and decoded at least ``SAME_BATCH_SHRINK`` less (a time-averaged batch moves by a
+    (``queued_only``) and decoded no more than ``SAME_BATCH_SHRINK`` less (a time-averaged batch moves by a
     tenth of a request from window to window; fewer decoding is a cache thrashing, which is real). Their
     throughputs then differ only by the step time drifting between windows."""
     lower, upper = sorted((a, b), key=lambda p: p.concurrency)

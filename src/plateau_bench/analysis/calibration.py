@@ -182,15 +182,13 @@ def _prompt_row(sweep: Sweep) -> _Row | None:
     (llama.cpp's server: 71 ms at one request at a time, 16 ms at two on the same 65-token prompt),
     which would read as a prefill cost per token several times too high and a twin that stalls its
     decoders on every prompt."""
-    candidates = [lv for lv in sweep.result.levels
-                  if _usable(lv) and lv.ttft_ms.p50 and decode_batch(lv) is not None]
-    light = min(candidates, key=lambda lv: float(lv.ttft_ms.p50 or 0.0), default=None)
-    if light is None:
+    candidates = [(float(lv.ttft_ms.p50), found[0], lv) for lv in sweep.result.levels
+                  if _usable(lv) and lv.ttft_ms.p50 and (found := decode_batch(lv)) is not None]
+    if not candidates:
         return None
-    batch = (decode_batch(light) or (1.0,))[0]
+    ttft_ms, batch, light = min(candidates, key=lambda c: c[0])
     prompt, _ = sweep.lengths_of(light)
-    return _Row(sweep.name, light.label, batch, (1.0, max(batch - 1.0, 0.0), prompt, 0.0),
-                float(light.ttft_ms.p50 or 0) / 1e3, "ttft", 0.0)
+    return _Row(sweep.name, light.label, batch, (1.0, max(batch - 1.0, 0.0), prompt, 0.0), ttft_ms / 1e3, "ttft", 0.0)
 
 
 def _solve(rows: list[_Row], free: list[int], t0: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:

@@ -5,8 +5,9 @@ side by side:
 
 * the adaptive sweep (steady levels stopped by the precision rule, and the same search in burst mode),
 * the seeds' way: a fixed grid in burst mode at 1, 256, 512, 768, 1024, 2048,
-* the reference: a dense steady grid (four levels per doubling, long levels) whose plateau and knee
-  are taken as the truth.
+* the reference: a dense steady grid (four levels per doubling), every level held for ``TRUTH_S``
+  (no precision rule, so the truth does not share the adaptive sweep's stopping), whose plateau and
+  knee are taken as the truth.
 
 Benchmark-seconds are seconds of load against the server (virtual time here: what the same sweep
 would cost on the real deployment the preset models). The twin publishes its gauges as ``/metrics``
@@ -39,6 +40,7 @@ CASES = {"seed-a-tp8ep": ("seed-a-tp8ep", 128, 512), "seed-b-fp4": ("seed-b-fp4"
          "seed-b-long": ("seed-b-fp4", 128, 1024), "compute-bound": ("compute-bound", 128, 128),
          "llama-8b-h100": ("llama-8b-h100", 512, 256)}
 GRID = (1, 256, 512, 768, 1024, 2048)
+TRUTH_S = 900.0   # seconds per truth level: ten and more request cycles at every preset's plateau
 
 
 def dense_grid(top: int = 4096) -> tuple[int, ...]:
@@ -65,6 +67,12 @@ def steady(concurrencies: tuple[int, ...] | None = None) -> ConcurrencyPlan:
     return ConcurrencyPlan(mode="steady", concurrencies=concurrencies, limits=SweepLimits(max_level_s=600))
 
 
+def truth_plan() -> ConcurrencyPlan:
+    # The rule's window minimum equal to its time limit: every level runs the whole TRUTH_S.
+    return ConcurrencyPlan(mode="steady", concurrencies=dense_grid(),
+                           limits=SweepLimits(min_level_s=TRUTH_S, max_level_s=TRUTH_S))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cases", default=",".join(CASES))
@@ -73,10 +81,10 @@ def main() -> None:
           f"{'knee':>7} {'bracket':>12} {'knee err':>9}")
     for case in args.cases.split(","):
         started = time.perf_counter()
-        truth_s, truth, truth_n = run(case, steady(dense_grid()), steady_s=120)
+        truth_s, truth, truth_n = run(case, truth_plan())
         t_plateau, t_knee, _ = fmt(truth)
         rows = [
-            ("dense steady (truth)", steady(dense_grid()), 120.0),
+            ("dense steady (truth)", truth_plan(), 60.0),
             ("fixed grid, burst", ConcurrencyPlan(mode="burst", concurrencies=GRID), 60.0),
             ("adaptive, steady", steady(), 60.0),
             ("adaptive, burst", ConcurrencyPlan(mode="burst"), 60.0),

@@ -145,19 +145,6 @@ def test_a_capped_doubling_confirms_the_plateau_without_a_second_one() -> None:
         assert (d.concurrency, d.phase) == (1024, "confirm")
 
 
-def test_a_server_queue_confirms_a_cap_where_prefill_stalls_hide_it_from_the_client() -> None:
-    from plateau_bench.analysis.plateau import capped as is_capped
-
-    # Run B's engine: prefills stall decoding, so at the cap a third of the running batch waits for a
-    # first token and the client-side decoding batch still grows (180 -> 250) on doubling. The server
-    # runs 256 at both levels with 250 of the 510 in flight queued: a further doubling only queues.
-    at_cap = _level_point(256, 3980.0, 180.0, 256.0, 256.0, 0.0, 0.2)
-    past = _level_point(512, 3985.0, 250.0, 510.0, 256.0, 250.0, 0.2)
-    assert is_capped(at_cap, past)
-    # A short queue at the server (under a third of the requests in flight) is not that evidence.
-    assert not is_capped(at_cap, _level_point(512, 3985.0, 250.0, 510.0, 256.0, 100.0, 0.2))
-
-
 def test_a_doubling_that_only_queued_is_flat_whatever_its_measured_gain() -> None:
     # llama.cpp --parallel 4 on a shared CPU: C=16 measured 11 % above C=8 with the same 3.9 requests
     # decoding and three quarters of the requests waiting. The batch did not grow, so neither did the

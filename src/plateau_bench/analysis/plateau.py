@@ -13,14 +13,11 @@ Vocabulary (all pure functions of measured points ``(concurrency, throughput, ci
   server scaling with load.
 * The **plateau** is confirmed by two consecutive flat doublings (the first one proposes it, the
   next one confirms it; a confirmation that grows again cancels it), or by one flat doubling that
-  shows the server refusing the extra load (**capped**): the server's own gauges (``/metrics``) show
-  the same running maximum at both levels and a KV cache not full (a full cache can thrash, and then
-  a further doubling may fall), and the upper level queued, seen from the client (its decoding
-  concurrency, requests past their first token by Little's law, no higher than the lower level's
-  while a third or more of its requests in flight waited for a first token) with requests waiting
-  at the server, or seen from the server alone (a third or more of the requests in flight waiting:
-  where prefills stall decoding, part of the running batch waits for a first token at the cap, so
-  the client-side batch still grows with the load). The server then
+  shows the server refusing the extra load (**capped**), seen from both sides: the upper level's
+  decoding concurrency (requests past their first token, Little's law) is no higher than the lower
+  level's while a third or more of its requests in flight waited for a first token, and the server's
+  own gauges (``/metrics``) show the same running maximum at both levels, requests waiting, and a KV
+  cache not full (a full cache can thrash, and then a further doubling may fall). The server then
   runs the same batch at both levels, so a further doubling can only lengthen its queue: it is not
   measured. Without the server's gauges the second flat doubling is measured: from the client alone
   it is the evidence that tells a cap from a cache that fills (``diagnosis_cap``).
@@ -124,17 +121,11 @@ def capped(lower: Point, upper: Point) -> bool:
     """Whether the doubling from ``lower`` to ``upper`` only added waiting requests, seen from both sides
     (see the docstring)."""
     lo_run, hi_run = lower.running_max, upper.running_max
-    if lo_run is None or hi_run is None or lo_run <= 0:
+    if not queued_only(lower, upper) or lo_run is None or hi_run is None or lo_run <= 0:
         return False
     same_batch = abs(hi_run - lo_run) <= max(1.0, CAPPED_DECODING_GROWTH * lo_run)
     kv_room = upper.kv_usage_max is None or upper.kv_usage_max < KV_FULL
-    waiting = upper.waiting_mean or 0.0
-    # The client's view of the queue, or the server's own: an engine whose prefills stall decoding
-    # keeps a share of its running batch before a first token, so the client-side decoding batch
-    # still grows with the load while the server's queue holds a third of the requests.
-    queued = (queued_only(lower, upper) and waiting > 0) or (
-        upper.achieved is not None and waiting >= CAPPED_WAITING_SHARE * upper.achieved)
-    return same_batch and queued and kv_room
+    return same_batch and (upper.waiting_mean or 0.0) > 0 and kv_room
 
 
 def _doubling_chain(points: Sequence[Point], start: int) -> list[Point]:

@@ -40,7 +40,7 @@ CASES = {"seed-a-tp8ep": ("seed-a-tp8ep", 128, 512), "seed-b-fp4": ("seed-b-fp4"
          "seed-b-long": ("seed-b-fp4", 128, 1024), "compute-bound": ("compute-bound", 128, 128),
          "llama-8b-h100": ("llama-8b-h100", 512, 256)}
 GRID = (1, 256, 512, 768, 1024, 2048)
-TRUTH_S = 900.0   # seconds per truth level: ten and more request cycles at every preset's plateau
+TRUTH_S = 900.0   # seconds per truth level: ~15 request cycles at seed-b-fp4's cap, under two at seed-b-long's
 
 
 def dense_grid(top: int = 4096) -> tuple[int, ...]:

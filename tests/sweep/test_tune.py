@@ -42,7 +42,8 @@ def test_the_template_gets_every_value_and_a_port() -> None:
     assert redact_command("vllm serve m --api-key sk-123 --port {port}") == "vllm serve m --api-key *** --port {port}"
 
 
-@pytest.mark.slow   # four serve-sim processes, each swept over HTTP (~2 min)
+@pytest.mark.slow   # four serve-sim processes, each swept over HTTP (~2 min, more on two busy cores)
+@pytest.mark.timeout(300)
 def test_tune_finds_the_best_cap_of_serve_sim_for_fewer_restarts(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     serve = (f"{sys.executable} -m plateau_bench serve-sim --preset tiny --speed 2 --max-num-seqs {{max_num_seqs}} "

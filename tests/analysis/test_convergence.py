@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from plateau_bench.analysis.convergence import PrecisionRule
+from plateau_bench.analysis.convergence import PrecisionRule, Progress
 from plateau_bench.records import RequestRecord
 from plateau_bench.units import NS
 
@@ -49,3 +49,34 @@ def test_clear_growth_ends_after_one_turnover_charged_with_a_prefill_phase() -> 
 def test_clear_growth_still_needs_the_minimum_window() -> None:
     records = lockstep(1, prefill_s=1.0, decode_s=10.0)
     assert not _done(PrecisionRule(precision=0.02, min_s=20.0, max_s=600.0, clear_above=1.0), records)
+
+
+def test_the_replay_index_reads_what_the_finished_records_give_at_every_check() -> None:
+    # A simulated steady level, then at many checks: the index's progress against the records finished
+    # by then, through the rule's own estimate (the window ends where the token count is complete).
+    import numpy as np
+
+    from plateau_bench.analysis.convergence import ReplayIndex
+    from plateau_bench.sim.level import simulate_level
+    from plateau_bench.sim.presets import get_preset
+    from plateau_bench.spec import LevelSpec, WorkloadSpec
+
+    level = LevelSpec(mode="steady", concurrency=48, duration_s=60.0)
+    records = simulate_level(get_preset("seed-b-fp4"), level, WorkloadSpec(input_len=128, output_len=64)).records
+    by_end = sorted(records, key=lambda r: r.end_ns)
+    index = ReplayIndex(by_end)
+    ends = np.array([r.end_ns for r in by_end])
+    rule = PrecisionRule(precision=0.0, min_s=1.0, max_s=600.0, min_turnover=1.0)
+    compared = 0
+    for t in np.linspace(0.5, 60, 40) * NS:
+        n = int(np.searchsorted(ends, t, side="right"))
+        pending = [r.sent_ns for r in by_end[n:] if r.sent_ns <= t]
+        complete = min(pending) if pending else int(t)
+        fast, slow = index.after(n), Progress.of(by_end[:n])
+        assert (fast.finished, fast.workers_started, fast.steady_start_ns, fast.ttft_max_ns) == (
+            slow.finished, slow.workers_started, slow.steady_start_ns, slow.ttft_max_ns)
+        a = rule._estimate(fast, 48, complete, 1.0)
+        b = rule._estimate(slow, 48, complete, 1.0)
+        assert a == b
+        compared += a is not None
+    assert compared > 20

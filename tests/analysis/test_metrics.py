@@ -146,3 +146,36 @@ def test_slow_connects_are_noted_on_the_level() -> None:
     level = build_level(LevelRun(level=LevelSpec(mode="burst", concurrency=4), label="C=4", records=slow))
     assert level.connect_ms.p99 == pytest.approx(3000.0)
     assert any("slow to open" in n for n in level.notes)
+
+
+def test_chunkless_tokens_are_spread_exactly_as_linspace_would() -> None:
+    import numpy as np
+
+    from plateau_bench.analysis.metrics import token_arrays
+
+    rng = np.random.default_rng(7)
+    records = []
+    for i in range(300):
+        first = int(rng.integers(0, 10**12))
+        n = int(rng.integers(0, 40))
+        end = first + int(rng.integers(0, 10**10)) * (i % 5 != 0)   # every fifth: all tokens at once
+        records.append(RequestRecord(index=i, worker=i % 7, scheduled_ns=0, sent_ns=0, first_token_ns=first,
+                                     end_ns=end, prompt_tokens=1, output_tokens=n))
+    times, counts = token_arrays(records)
+    expected = [np.linspace(r.first_token_ns, r.end_ns, r.output_tokens) for r in records if r.output_tokens]
+    assert np.array_equal(times, np.concatenate(expected))   # bit for bit: windows cut at exact times
+    assert counts.sum() == sum(r.output_tokens for r in records)
+
+
+def test_batch_throughputs_from_sorted_tokens_match_the_histogram() -> None:
+    import numpy as np
+
+    from plateau_bench.analysis.metrics import batch_throughputs, batch_throughputs_sorted
+
+    rng = np.random.default_rng(3)
+    times = rng.integers(0, 100, 5000).astype(np.float64) * 1e7   # many ties, some on the edges
+    counts = rng.integers(1, 4, times.size).astype(np.float64)
+    order = np.argsort(times, kind="stable")
+    cumulative = np.concatenate([[0.0], np.cumsum(counts[order])])
+    for w in (Window(0, 10**9), Window(2 * 10**8, 7 * 10**8), Window(10**7, 10**7 + 3)):
+        assert batch_throughputs_sorted(times[order], cumulative, w) == batch_throughputs(times, counts, w)

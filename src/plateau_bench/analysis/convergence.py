@@ -33,10 +33,83 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from plateau_bench.analysis.metrics import Window, batch_throughputs, token_arrays
-from plateau_bench.analysis.stats import batch_means_ci_rel
+import numpy as np
+
+from plateau_bench.analysis.metrics import Window, batch_throughputs_sorted, token_arrays
+from plateau_bench.analysis.stats import FloatArray, batch_means_ci_rel
 from plateau_bench.records import RequestRecord
 from plateau_bench.units import NS
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the rule reads of a running level: a summary of its measured requests finished so far.
+
+    Built from the records at each check (``of``), or for every prefix of a finished level at once
+    (``ReplayIndex``, the twin's way of stopping a level it has already simulated).
+    """
+
+    finished: int                 # measured (not warm-up) requests finished
+    workers_started: int          # workers that have received a first token
+    steady_start_ns: int          # the last of those workers' first tokens: where the window opens
+    ttft_max_ns: int
+    token_times_ns: FloatArray    # output-token arrivals of the successful ones, sorted
+    token_cumulative: FloatArray  # tokens before each arrival (leading 0, one longer)
+
+    @classmethod
+    def of(cls, records: Sequence[RequestRecord]) -> Progress:
+        measured = [r for r in records if not r.warmup]
+        first_token: dict[int, int] = {}
+        ttft_max = 0
+        for r in measured:
+            if r.first_token_ns is not None:
+                first_token[r.worker] = min(first_token.get(r.worker, r.first_token_ns), r.first_token_ns)
+                ttft_max = max(ttft_max, r.first_token_ns - r.sent_ns)
+        times, cumulative = _sorted_tokens([r for r in measured if r.error is None])
+        return cls(len(measured), len(first_token), max(first_token.values(), default=0), ttft_max,
+                   times, cumulative)
+
+
+def _sorted_tokens(ok: Sequence[RequestRecord]) -> tuple[FloatArray, FloatArray]:
+    times, counts = token_arrays(ok)
+    order = np.argsort(times, kind="stable")
+    return times[order], np.concatenate([[0.0], np.cumsum(counts[order])])
+
+
+class ReplayIndex:
+    """``Progress`` after each of a finished level's requests in order of end time, in O(1) a check.
+
+    The token arrays are every successful request's, not only those finished at the check: the rule
+    reads them inside its window, which ends where the token count is already complete (no request
+    still in flight sent before it, and none sent after it has a token before it), so the two agree.
+    """
+
+    def __init__(self, by_end: Sequence[RequestRecord]) -> None:
+        n = len(by_end)
+        self._finished = np.cumsum([not r.warmup for r in by_end]) if n else np.zeros(0, dtype=np.int64)
+        self._started = np.zeros(n, dtype=np.int64)
+        self._start_ns = np.zeros(n, dtype=np.int64)
+        self._ttft_max = np.zeros(n, dtype=np.int64)
+        first_token: dict[int, int] = {}
+        latest = ttft_max = 0
+        for i, r in enumerate(by_end):
+            if not r.warmup and r.first_token_ns is not None:
+                ttft_max = max(ttft_max, r.first_token_ns - r.sent_ns)
+                before = first_token.get(r.worker)
+                if before is None or r.first_token_ns < before:
+                    first_token[r.worker] = r.first_token_ns
+                    # An earlier first token for a worker already seen can lower the latest one.
+                    latest = max(latest, r.first_token_ns) if before is None else max(first_token.values())
+            self._started[i], self._start_ns[i], self._ttft_max[i] = len(first_token), latest, ttft_max
+        self._times, self._cumulative = _sorted_tokens([r for r in by_end if not r.warmup and r.error is None])
+
+    def after(self, n_done: int) -> Progress:
+        """Progress once the first ``n_done`` requests (by end time) have finished."""
+        if n_done == 0:
+            return Progress(0, 0, 0, 0, self._times[:0], self._cumulative[:1])
+        i = n_done - 1
+        return Progress(int(self._finished[i]), int(self._started[i]), int(self._start_ns[i]),
+                        int(self._ttft_max[i]), self._times, self._cumulative)
 
 
 @dataclass(frozen=True)
@@ -48,50 +121,70 @@ class PrecisionRule:
     min_turnover: float = 2.0
     clear_above: float | None = None   # output tok/s the level must clearly beat for the search to grow
 
-    def ci_rel(
-        self, records: Sequence[RequestRecord], *, workers: int, complete_until_ns: int
-    ) -> float | None:
+    def ci_rel(self, records: Sequence[RequestRecord], *, workers: int, complete_until_ns: int) -> float | None:
         """Relative CI half-width of the steady throughput so far (None: not enough steady data)."""
-        estimate = self._estimate(records, workers, complete_until_ns, self.min_turnover)
-        return estimate.ci_rel if estimate is not None else None
-
-    def _estimate(self, records: Sequence[RequestRecord], workers: int, complete_until_ns: int,
-                  turnover: float) -> _Estimate | None:
-        """The steady throughput so far and its CI, once ``turnover`` requests per worker finished."""
-        if sum(1 for r in records if not r.warmup) < turnover * workers:
-            return None
-        first_token: dict[int, int] = {}
-        ttft_max = 0
-        for r in records:
-            if not r.warmup and r.first_token_ns is not None:
-                first_token[r.worker] = min(first_token.get(r.worker, r.first_token_ns), r.first_token_ns)
-                ttft_max = max(ttft_max, r.first_token_ns - r.sent_ns)
-        if len(first_token) < workers:
-            return None  # still ramping up
-        start = max(first_token.values())
-        if complete_until_ns - start < self.min_s * NS:
-            return None
-        window = Window(start, complete_until_ns)
-        times, counts = token_arrays([r for r in records if not r.warmup and r.error is None])
-        batches = batch_throughputs(times, counts, window, self.batches)
-        ci = batch_means_ci_rel(batches)
-        if ci is None:
-            return None
-        return _Estimate(sum(batches) / len(batches), ci, window.length_s, ttft_max / NS)
+        return self._ci_rel(Progress.of(records), workers, complete_until_ns)
 
     def done(self, records: Sequence[RequestRecord], *, elapsed_s: float, workers: int,
              complete_until_ns: int) -> bool:
+        return self._done(Progress.of(records), elapsed_s, workers, complete_until_ns)
+
+    def first_stop_s(self, records: Sequence[RequestRecord], *, workers: int, check_s: float) -> float | None:
+        """The first check time (s) at which the rule would have stopped this finished level, else None.
+
+        Checks come every ``check_s``, or every 2 % of the elapsed time once that is longer (a 2 %
+        later stop is within the rule's own precision).
+        """
+        if not records:
+            return None
+        by_end = sorted(records, key=lambda r: r.end_ns)
+        ends = np.array([r.end_ns for r in by_end], dtype=np.int64)
+        sent = np.array([r.sent_ns for r in by_end], dtype=np.int64)
+        index = ReplayIndex(by_end)
+        t = check_s * NS
+        while t <= ends[-1]:
+            n_done = int(np.searchsorted(ends, t, side="right"))
+            pending = sent[n_done:]
+            started = pending[pending <= t]
+            complete = int(started.min()) if started.size else int(t)
+            if self._done(index.after(n_done), t / NS, workers, complete):
+                return t / NS
+            t += max(check_s * NS, 0.02 * t)
+        return None
+
+    def _ci_rel(self, progress: Progress, workers: int, complete_until_ns: int) -> float | None:
+        estimate = self._estimate(progress, workers, complete_until_ns, self.min_turnover)
+        return estimate.ci_rel if estimate is not None else None
+
+    def _estimate(self, progress: Progress, workers: int, complete_until_ns: int,
+                  turnover: float) -> _Estimate | None:
+        """The steady throughput so far and its CI, once ``turnover`` requests per worker finished."""
+        if progress.finished < turnover * workers:
+            return None
+        if progress.workers_started < workers:
+            return None  # still ramping up
+        start = progress.steady_start_ns
+        if complete_until_ns - start < self.min_s * NS:
+            return None
+        window = Window(start, complete_until_ns)
+        batches = batch_throughputs_sorted(progress.token_times_ns, progress.token_cumulative, window,
+                                           self.batches)
+        ci = batch_means_ci_rel(batches)
+        if ci is None:
+            return None
+        return _Estimate(sum(batches) / len(batches), ci, window.length_s, progress.ttft_max_ns / NS)
+
+    def _done(self, progress: Progress, elapsed_s: float, workers: int, complete_until_ns: int) -> bool:
         if elapsed_s >= self.max_s:
             return True
-        ci = self.ci_rel(records, workers=workers, complete_until_ns=complete_until_ns)
-        return (ci is not None and ci <= self.precision) or self.clearly_above(
-            records, workers=workers, complete_until_ns=complete_until_ns)
+        ci = self._ci_rel(progress, workers, complete_until_ns)
+        return (ci is not None and ci <= self.precision) or self._clearly_above(progress, workers, complete_until_ns)
 
-    def clearly_above(self, records: Sequence[RequestRecord], *, workers: int, complete_until_ns: int) -> bool:
+    def _clearly_above(self, progress: Progress, workers: int, complete_until_ns: int) -> bool:
         """Whether one turnover already shows the level beating ``clear_above`` beyond doubt (docstring)."""
         if self.clear_above is None:
             return False
-        e = self._estimate(records, workers, complete_until_ns, 1.0)
+        e = self._estimate(progress, workers, complete_until_ns, 1.0)
         if e is None or e.ci_rel > self.precision:
             return False
         # The window so far may hold decode phases only: charge it one more prefill phase (the

@@ -31,31 +31,6 @@ from plateau_bench.units import NS
 from plateau_bench.workload.trace import load_trace
 
 
-def replay_precision(records: list[RequestRecord], rule: StopRule, workers: int,
-                     check_s: float = 0.5) -> float | None:
-    """The first check time (s) at which ``rule`` would have stopped the level, else None.
-
-    Checks come every ``check_s``, or every 2 % of the elapsed time once that is longer (the cost of
-    one check grows with the records, and a 2 % later stop is within the rule's own precision).
-    """
-    if not records:
-        return None
-    by_end = sorted(records, key=lambda r: r.end_ns)
-    ends = np.array([r.end_ns for r in by_end], dtype=np.int64)
-    sent = np.array([r.sent_ns for r in by_end], dtype=np.int64)
-    horizon = int(ends[-1])
-    t = check_s * NS
-    while t <= horizon:
-        n_done = int(np.searchsorted(ends, t, side="right"))
-        pending = sent[n_done:]
-        started = pending[pending <= t]
-        complete = int(started.min()) if started.size else int(t)
-        if rule.done(by_end[:n_done], elapsed_s=t / NS, workers=workers, complete_until_ns=complete):
-            return t / NS
-        t += max(check_s * NS, 0.02 * t)
-    return None
-
-
 class VirtualLevelRunner:
     """Levels in virtual time. ``metrics``: each level carries the server telemetry a ``/metrics``
     scrape every ``scrape_s`` would give (vLLM's names: running, waiting, KV usage, preemptions,
@@ -95,7 +70,7 @@ class VirtualLevelRunner:
         records = result.records
         cut_s: float | None = None
         if level.mode != "burst" and stop_rule is not None:
-            cut_s = replay_precision(records, stop_rule, level.concurrency or 1, self.check_s)
+            cut_s = stop_rule.first_stop_s(records, workers=level.concurrency or 1, check_s=self.check_s)
             if cut_s is not None:
                 records = [r for r in records if r.sent_ns <= cut_s * NS]
         if on_record:

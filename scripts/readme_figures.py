@@ -162,7 +162,7 @@ BLOCKS = {
               loose=(("TTFT p50 grew", 1.0, 15.0),), spare=2),
         Block("sim-a", "Run A replayed in the simulated engine, then diagnosed (virtual time, seconds)",
               rel=0.01, abs=0.01, slow=True),
-        Block("sweep-efficiency", "bench/sweep_efficiency.py: adaptive sweep vs the grid (virtual time, ~10 min)",
+        Block("sweep-efficiency", "bench/sweep_efficiency.py: adaptive sweep vs the grid (virtual time, ~1.5 min)",
               rel=0.01, abs=0.01, slow=True,
               loose=(("wall time for this case", 1e9, 1e9),)),  # real time, machine-dependent: not compared
         Block("gauntlet", "bench/gauntlet.py: the diagnosis scored against the engine's ground truth (~2 min)",

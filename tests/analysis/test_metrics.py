@@ -167,15 +167,17 @@ def test_chunkless_tokens_are_spread_exactly_as_linspace_would() -> None:
     assert counts.sum() == sum(r.output_tokens for r in records)
 
 
-def test_batch_throughputs_from_sorted_tokens_match_the_histogram() -> None:
+def test_counts_from_sorted_tokens_match_the_histogram() -> None:
     import numpy as np
 
-    from plateau_bench.analysis.metrics import batch_throughputs, batch_throughputs_sorted
+    from plateau_bench.analysis.metrics import counts_between
 
     rng = np.random.default_rng(3)
     times = rng.integers(0, 100, 5000).astype(np.float64) * 1e7   # many ties, some on the edges
     counts = rng.integers(1, 4, times.size).astype(np.float64)
-    order = np.argsort(times, kind="stable")
+    order = np.argsort(times)
     cumulative = np.concatenate([[0.0], np.cumsum(counts[order])])
-    for w in (Window(0, 10**9), Window(2 * 10**8, 7 * 10**8), Window(10**7, 10**7 + 3)):
-        assert batch_throughputs_sorted(times[order], cumulative, w) == batch_throughputs(times, counts, w)
+    for edges in (np.linspace(0, 10**9, 11), np.linspace(2e8, 7e8, 4), np.array([1e7, 1e7 + 3]),
+                  np.array([-5.0, 3e8, 3.5e8, 2e9])):
+        expected, _ = np.histogram(times, bins=edges, weights=counts)
+        assert np.array_equal(counts_between(times[order], cumulative, edges), expected)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from plateau_bench.analysis.metrics import Window, batch_throughputs_sorted, token_arrays
+from plateau_bench.analysis.metrics import Window, batch_throughputs, sorted_tokens
 from plateau_bench.analysis.stats import FloatArray, batch_means_ci_rel
 from plateau_bench.records import RequestRecord
 from plateau_bench.units import NS
@@ -65,15 +65,9 @@ class Progress:
             if r.first_token_ns is not None:
                 first_token[r.worker] = min(first_token.get(r.worker, r.first_token_ns), r.first_token_ns)
                 ttft_max = max(ttft_max, r.first_token_ns - r.sent_ns)
-        times, cumulative = _sorted_tokens([r for r in measured if r.error is None])
+        times, cumulative = sorted_tokens([r for r in measured if r.error is None])
         return cls(len(measured), len(first_token), max(first_token.values(), default=0), ttft_max,
                    times, cumulative)
-
-
-def _sorted_tokens(ok: Sequence[RequestRecord]) -> tuple[FloatArray, FloatArray]:
-    times, counts = token_arrays(ok)
-    order = np.argsort(times, kind="stable")
-    return times[order], np.concatenate([[0.0], np.cumsum(counts[order])])
 
 
 class ReplayIndex:
@@ -101,7 +95,7 @@ class ReplayIndex:
                     # An earlier first token for a worker already seen can lower the latest one.
                     latest = max(latest, r.first_token_ns) if before is None else max(first_token.values())
             self._started[i], self._start_ns[i], self._ttft_max[i] = len(first_token), latest, ttft_max
-        self._times, self._cumulative = _sorted_tokens([r for r in by_end if not r.warmup and r.error is None])
+        self._times, self._cumulative = sorted_tokens([r for r in by_end if not r.warmup and r.error is None])
 
     def after(self, n_done: int) -> Progress:
         """Progress once the first ``n_done`` requests (by end time) have finished."""
@@ -167,8 +161,7 @@ class PrecisionRule:
         if complete_until_ns - start < self.min_s * NS:
             return None
         window = Window(start, complete_until_ns)
-        batches = batch_throughputs_sorted(progress.token_times_ns, progress.token_cumulative, window,
-                                           self.batches)
+        batches = batch_throughputs(progress.token_times_ns, progress.token_cumulative, window, self.batches)
         ci = batch_means_ci_rel(batches)
         if ci is None:
             return None

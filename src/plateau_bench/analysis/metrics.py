@@ -142,17 +142,29 @@ def _spread_evenly(firsts: FloatArray, lasts: FloatArray, n: npt.NDArray[np.int6
     return out
 
 
-def batch_throughputs_sorted(times: FloatArray, cumulative: FloatArray, w: Window, batches: int = 10) -> list[float]:
-    """``batch_throughputs`` from token times already sorted, with ``cumulative[k]`` the count before
-    the k-th (a leading 0): each sub-window's count is a difference of two lookups, the same integers
-    ``np.histogram`` sums, without sorting every token again at every check of a running level."""
-    if w.end_ns <= w.start_ns or times.size == 0:
-        return []
-    edges = np.linspace(w.start_ns, w.end_ns, batches + 1)
+def sorted_tokens(records: Sequence[RequestRecord]) -> tuple[FloatArray, FloatArray]:
+    """``token_arrays`` sorted by time, with the tokens before each arrival (a leading 0, one longer):
+    any interval's count is then a difference of two lookups (``counts_between``)."""
+    times, counts = token_arrays(records)
+    order = np.argsort(times, kind="stable")   # runs of one request each: timsort merges them, several times faster
+    return times[order], np.concatenate([[0.0], np.cumsum(counts[order])])
+
+
+def counts_between(times: FloatArray, cumulative: FloatArray, edges: FloatArray) -> FloatArray:
+    """Tokens in each ``[edges[i], edges[i+1])``, the last interval closed: ``np.histogram``'s bins,
+    the same integers, without sorting every token again for each window."""
     idx = np.concatenate([np.searchsorted(times, edges[:-1], side="left"),
                           np.searchsorted(times, edges[-1:], side="right")])
+    return np.diff(cumulative[idx])
+
+
+def batch_throughputs(times: FloatArray, cumulative: FloatArray, w: Window, batches: int = 10) -> list[float]:
+    """Output tok/s in ``batches`` equal sub-windows of W (for the batch-means CI), from ``sorted_tokens``."""
+    if w.end_ns <= w.start_ns or times.size == 0:
+        return []
     width_s = (w.end_ns - w.start_ns) / batches / NS
-    return [float(h) / width_s for h in np.diff(cumulative[idx])]
+    edges = np.linspace(w.start_ns, w.end_ns, batches + 1)
+    return [float(h) / width_s for h in counts_between(times, cumulative, edges)]
 
 
 def _overlap_s(starts: FloatArray, ends: FloatArray, w: Window) -> float:
@@ -214,18 +226,17 @@ def _latency_population(ok: list[RequestRecord], w: Window, mode: str) -> tuple[
 
 def bucket_output_tokens(records: Sequence[RequestRecord], w: Window, bucket_s: float = 1.0) -> FloatArray:
     """Output tokens arriving in consecutive ``bucket_s`` buckets from the window start."""
-    times, counts = token_arrays([r for r in records if not r.warmup and r.error is None])
-    return _buckets(times, counts, w, bucket_s)
+    times, cumulative = sorted_tokens([r for r in records if not r.warmup and r.error is None])
+    return _buckets(times, cumulative, w, bucket_s)
 
 
-def _buckets(times: FloatArray, counts: FloatArray, w: Window, bucket_s: float) -> FloatArray:
+def _buckets(times: FloatArray, cumulative: FloatArray, w: Window, bucket_s: float) -> FloatArray:
     if w.end_ns <= w.start_ns:
         return np.zeros(0)
     n_buckets = max(1, int(np.ceil((w.end_ns - w.start_ns) / (bucket_s * NS))))
     edges = w.start_ns + np.arange(n_buckets + 1) * bucket_s * NS
     edges[-1] = max(edges[-1], w.end_ns)
-    hist, _ = np.histogram(times, bins=edges, weights=counts)
-    return np.asarray(hist, dtype=np.float64)
+    return counts_between(times, cumulative, edges)
 
 
 def _latencies(pool: Sequence[RequestRecord]) -> dict[str, Latency]:
@@ -242,11 +253,11 @@ def _latencies(pool: Sequence[RequestRecord]) -> dict[str, Latency]:
 def _throughputs(ok: Sequence[RequestRecord], w: Window, mode: str) -> dict[str, float | int | None]:
     """Output/total/peak/request throughput of the successful requests over the window."""
     length = w.length_s
-    times, counts = token_arrays(ok)
-    in_w = (times >= w.start_ns) & (times <= w.end_ns)
-    out_tokens = int(counts[in_w].sum()) if times.size else 0
+    times, cumulative = sorted_tokens(ok)
+    out_tokens = (int(counts_between(times, cumulative, np.array([w.start_ns, w.end_ns], dtype=np.float64))[0])
+                  if w.end_ns >= w.start_ns else 0)
     in_tokens = sum(r.prompt_tokens for r in ok if w.start_ns <= r.sent_ns <= w.end_ns)
-    buckets = _buckets(times, counts, w, 1.0)
+    buckets = _buckets(times, cumulative, w, 1.0)
     done_in_window = sum(1 for r in ok if w.start_ns <= r.end_ns <= w.end_ns)
     return {
         "output_tokens": out_tokens,
@@ -255,7 +266,7 @@ def _throughputs(ok: Sequence[RequestRecord], w: Window, mode: str) -> dict[str,
         "total_throughput": (out_tokens + in_tokens) / length if length > 0 else 0.0,
         "peak_output_throughput": float(buckets.max()) if buckets.size else 0.0,
         "request_throughput": done_in_window / length if length > 0 else 0.0,
-        "throughput_ci_rel": batch_means_ci_rel(batch_throughputs(times, counts, w)) if mode == "steady" else None,
+        "throughput_ci_rel": batch_means_ci_rel(batch_throughputs(times, cumulative, w)) if mode == "steady" else None,
     }
 
 
@@ -325,13 +336,3 @@ def compute_level(
         "connect_ms": msgspec.to_builtins(summarize(connects)),
         "token_source": sources.most_common(1)[0][0] if sources else "usage",
     }, LevelResult)
-
-
-def batch_throughputs(times: FloatArray, counts: FloatArray, w: Window, batches: int = 10) -> list[float]:
-    """Output tok/s in ``batches`` equal sub-windows of W (for the batch-means CI)."""
-    if w.end_ns <= w.start_ns or times.size == 0:
-        return []
-    edges = np.linspace(w.start_ns, w.end_ns, batches + 1)
-    hist, _ = np.histogram(times, bins=edges, weights=counts)
-    width_s = (w.end_ns - w.start_ns) / batches / NS
-    return [float(h) / width_s for h in hist]

@@ -234,7 +234,7 @@ def _buckets(times: FloatArray, cumulative: FloatArray, w: Window, bucket_s: flo
     if w.end_ns <= w.start_ns:
         return np.zeros(0)
     n_buckets = max(1, int(np.ceil((w.end_ns - w.start_ns) / (bucket_s * NS))))
-    edges = w.start_ns + np.arange(n_buckets + 1) * bucket_s * NS
+    edges: FloatArray = w.start_ns + np.arange(n_buckets + 1, dtype=np.float64) * bucket_s * NS
     edges[-1] = max(edges[-1], w.end_ns)
     return counts_between(times, cumulative, edges)
 

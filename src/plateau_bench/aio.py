@@ -90,6 +90,11 @@ def terminated() -> bool:
     return _terminated
 
 
+def interrupted_by() -> str:
+    """What interrupted the run, for its last line."""
+    return "stopped by SIGTERM" if _terminated else "interrupted (Ctrl-C)"
+
+
 def interrupted_exit_code() -> int:
     """The conventional exit status of the interrupt being handled: 128 + the signal number."""
     return 128 + (signal.SIGTERM if _terminated else signal.SIGINT)

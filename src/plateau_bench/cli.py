@@ -15,12 +15,14 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from plateau_bench.aio import interrupted_exit_code, treat_sigterm_as_interrupt
+from plateau_bench.aio import interrupted_by, interrupted_exit_code, treat_sigterm_as_interrupt
 from plateau_bench.errors import PlateauError
 
 
 class _Commands(TyperGroup):
-    """Turns a PlateauError from any command into one line on stderr and exit code 2."""
+    """Turns a PlateauError from any command into one line on stderr and exit code 2, and an interrupt
+    the command did not report itself into one line and 130 (Ctrl-C) or 143 (SIGTERM): Typer would
+    otherwise turn it into a silent 130 whatever the signal."""
 
     def invoke(self, ctx: Any) -> Any:  # typer's vendored click Context; the type is not public
         try:
@@ -28,6 +30,9 @@ class _Commands(TyperGroup):
         except PlateauError as exc:
             typer.echo(f"plateau: error: {exc}", err=True)
             raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            typer.echo(f"plateau: {interrupted_by()}", err=True)
+            raise typer.Exit(interrupted_exit_code()) from None
 
 
 app = typer.Typer(
@@ -51,5 +56,5 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="plateau", standalone_mode=True)
     except KeyboardInterrupt:
-        print("plateau: interrupted; finished levels are saved", file=sys.stderr)
+        print(f"plateau: {interrupted_by()}", file=sys.stderr)
         raise SystemExit(interrupted_exit_code()) from None

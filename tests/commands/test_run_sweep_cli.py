@@ -209,3 +209,29 @@ def test_new_flags_answer_bad_values_in_one_line(args: list[str], fragment: str)
     code, output = invoke(*args)
     assert code == 2 and fragment in output and "Traceback" not in output
     assert output.strip().count("\n") == 0
+
+
+@pytest.mark.slow   # a real-time run against the embedded twin, ~3 s each
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("sig", "code", "said"), [(15, 143, b"stopped by SIGTERM"), (2, 130, b"interrupted (Ctrl-C)")])
+def test_a_signal_ends_a_run_with_one_line_naming_its_records(tmp_path: Path, sig: int, code: int,
+                                                              said: bytes) -> None:
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "plateau_bench", "run", "--concurrency", "4", "--duration", "60s",
+                             "--output-len", "32", "--quiet", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    requests = out / "requests.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (requests.exists() and requests.stat().st_size > 2_000):
+        time.sleep(0.1)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == code, err
+    lines = err.decode().strip().splitlines()
+    assert len(lines) == 1 and b"Traceback" not in err, err
+    assert said in err and str(requests).encode() in err
+    assert len(requests.read_text().splitlines()) >= 2   # what finished before the signal is kept

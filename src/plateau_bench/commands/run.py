@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import msgspec
 import typer
 
+from plateau_bench.aio import interrupted_by, interrupted_exit_code
 from plateau_bench.aio import run as run_async
 from plateau_bench.commands import options as o
 from plateau_bench.errors import ConfigError
@@ -133,7 +135,13 @@ def run_cmd(
         if any(lv.completed == 0 for lv in done.result.levels):
             raise typer.Exit(1)
 
-    run_async(main())
+    try:
+        run_async(main())
+    except KeyboardInterrupt:
+        # The level did not finish, so it has no figures; what it measured is on disk (or nowhere).
+        kept = f"its finished requests are in {out / 'requests.jsonl'}" if out else "nothing was saved (no --out)"
+        print(f"plateau: {interrupted_by()} before the level finished; {kept}", file=sys.stderr)
+        raise SystemExit(interrupted_exit_code()) from None
 
 
 def register(app: typer.Typer) -> None:

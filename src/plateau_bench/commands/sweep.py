@@ -10,7 +10,7 @@ from typing import Annotated
 import msgspec
 import typer
 
-from plateau_bench.aio import interrupted_exit_code
+from plateau_bench.aio import interrupted_by, interrupted_exit_code
 from plateau_bench.aio import run as run_async
 from plateau_bench.analysis.plateau import SearchConfig
 from plateau_bench.analysis.slo import parse_slo
@@ -255,7 +255,7 @@ def sweep_cmd(
     try:
         code = run_async(main())
     except KeyboardInterrupt:
-        print(f"plateau: interrupted; finished levels are saved in {out_dir} "
+        print(f"plateau: {interrupted_by()}; finished levels are saved in {out_dir} "
               f"(continue with --resume {out_dir})", file=sys.stderr)
         raise SystemExit(interrupted_exit_code()) from None
     if code:

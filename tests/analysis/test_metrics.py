@@ -8,6 +8,7 @@ import pytest
 from plateau_bench.analysis.metrics import Window, compute_level, full_window, steady_window
 from plateau_bench.records import RequestRecord
 from plateau_bench.report.terminal import seed_line
+from plateau_bench.units import NS
 
 MS = 1_000_000
 
@@ -98,7 +99,9 @@ def test_steady_window_excludes_ramp_up_and_drain() -> None:
             records.append(rec(len(records), s, [s + 20, s + 100], worker=w))
     win = steady_window(records)
     assert win.start_ns == 70 * MS      # worker 1's first token
-    assert win.end_ns == 500 * MS       # worker 0's last request ends first
+    # Worker 0's last request ends first (500 ms); the window closes on the last first token before it
+    # (worker 1's, 470 ms), the phase it opened on.
+    assert win.end_ns == 470 * MS
     assert "steady" in win.note
     assert full_window(records) == Window(0, 550 * MS, "whole level")
 
@@ -181,3 +184,30 @@ def test_counts_from_sorted_tokens_match_the_histogram() -> None:
                   np.array([-5.0, 3e8, 3.5e8, 2e9])):
         expected, _ = np.histogram(times, bins=edges, weights=counts)
         assert np.array_equal(counts_between(times[order], cumulative, edges), expected)
+
+
+def test_a_lock_step_level_is_measured_over_whole_cycles() -> None:
+    # Four workers in lock step, five cycles of a 3-s prefill then 100 tokens over 7 s: 40 tok/s.
+    # A window from the last first token to the first last end would hold five decode phases and four
+    # prefill phases (2,000 tokens over 47 s: 42.6 tok/s, +6 %); closed on a first token it holds four
+    # whole cycles.
+    records = [RequestRecord(index=k * 4 + w, worker=w, scheduled_ns=k * 10 * NS, sent_ns=k * 10 * NS,
+                             first_token_ns=(k * 10 + 3) * NS, end_ns=(k + 1) * 10 * NS, prompt_tokens=10,
+                             output_tokens=100) for k in range(5) for w in range(4)]
+    level = compute_level(records, label="C=4", mode="steady", concurrency=4)
+    assert (level.window_start_s, level.window_end_s) == (3.0, 43.0)
+    # 40.1: the four first tokens on the closing edge count (a window holds both its edges)
+    assert level.output_throughput == pytest.approx(40.0, rel=0.003)
+
+
+def test_a_spread_level_keeps_nearly_its_whole_window() -> None:
+    # Workers offset by a quarter cycle: the last first token before the first last end is moments
+    # before it, so the window loses at most that quarter.
+    records = [RequestRecord(index=k * 4 + w, worker=w, scheduled_ns=(k * 10 + 2.5 * w) * NS,
+                             sent_ns=int((k * 10 + 2.5 * w) * NS), first_token_ns=int((k * 10 + 2.5 * w + 3) * NS),
+                             end_ns=int(((k + 1) * 10 + 2.5 * w) * NS), prompt_tokens=10, output_tokens=100)
+               for k in range(5) for w in range(4)]
+    w = steady_window(records)
+    assert w.start_ns == int(10.5 * NS) and w.end_ns == int(48 * NS)   # the first last end is 50 s
+    assert compute_level(records, label="C=4", mode="steady", concurrency=4).output_throughput == \
+        pytest.approx(40.0, rel=0.02)

@@ -34,8 +34,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
-from plateau_bench.analysis.metrics import Window, batch_throughputs, sorted_tokens
+from plateau_bench.analysis.metrics import (
+    Window,
+    batch_throughputs,
+    phase_matched_end,
+    sorted_first_tokens,
+    sorted_tokens,
+)
 from plateau_bench.analysis.stats import FloatArray, batch_means_ci_rel
 from plateau_bench.records import RequestRecord
 from plateau_bench.units import NS
@@ -55,6 +62,7 @@ class Progress:
     ttft_max_ns: int
     token_times_ns: FloatArray    # output-token arrivals of the successful ones, sorted
     token_cumulative: FloatArray  # tokens before each arrival (leading 0, one longer)
+    first_tokens_ns: npt.NDArray[np.int64]   # every first token, sorted (where the window ends)
 
     @classmethod
     def of(cls, records: Sequence[RequestRecord]) -> Progress:
@@ -67,7 +75,7 @@ class Progress:
                 ttft_max = max(ttft_max, r.first_token_ns - r.sent_ns)
         times, cumulative = sorted_tokens([r for r in measured if r.error is None])
         return cls(len(measured), len(first_token), max(first_token.values(), default=0), ttft_max,
-                   times, cumulative)
+                   times, cumulative, sorted_first_tokens(measured))
 
 
 class ReplayIndex:
@@ -96,14 +104,15 @@ class ReplayIndex:
                     latest = max(latest, r.first_token_ns) if before is None else max(first_token.values())
             self._started[i], self._start_ns[i], self._ttft_max[i] = len(first_token), latest, ttft_max
         self._times, self._cumulative = sorted_tokens([r for r in by_end if not r.warmup and r.error is None])
+        self._first_tokens = sorted_first_tokens([r for r in by_end if not r.warmup])
 
     def after(self, n_done: int) -> Progress:
         """Progress once the first ``n_done`` requests (by end time) have finished."""
         if n_done == 0:
-            return Progress(0, 0, 0, 0, self._times[:0], self._cumulative[:1])
+            return Progress(0, 0, 0, 0, self._times[:0], self._cumulative[:1], self._first_tokens[:0])
         i = n_done - 1
         return Progress(int(self._finished[i]), int(self._started[i]), int(self._start_ns[i]),
-                        int(self._ttft_max[i]), self._times, self._cumulative)
+                        int(self._ttft_max[i]), self._times, self._cumulative, self._first_tokens)
 
 
 @dataclass(frozen=True)
@@ -158,9 +167,10 @@ class PrecisionRule:
         if progress.workers_started < workers:
             return None  # still ramping up
         start = progress.steady_start_ns
-        if complete_until_ns - start < self.min_s * NS:
+        end = phase_matched_end(progress.first_tokens_ns, start, complete_until_ns)
+        if end - start < self.min_s * NS:
             return None
-        window = Window(start, complete_until_ns)
+        window = Window(start, end)
         batches = batch_throughputs(progress.token_times_ns, progress.token_cumulative, window, self.batches)
         ci = batch_means_ci_rel(batches)
         if ci is None:

@@ -73,6 +73,11 @@ class StopRule(Protocol):
     def done(self, records: Sequence[RequestRecord], *, elapsed_s: float, workers: int,
              complete_until_ns: int) -> bool: ...
 
+    def check(self, records: Sequence[RequestRecord], *, elapsed_s: float, workers: int,
+              complete_until_ns: int) -> tuple[float | None, bool]:
+        """``ci_rel`` and ``done`` at once (one pass over the records where they would take two)."""
+        ...
+
     def first_stop_s(self, records: Sequence[RequestRecord], *, workers: int, check_s: float) -> float | None:
         """For a level already run to its end (the twin's): the first check, every ``check_s`` or so,
         at which ``done`` would have held on the records finished by then (None: it never did)."""

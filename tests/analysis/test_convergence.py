@@ -80,3 +80,20 @@ def test_the_replay_index_reads_what_the_finished_records_give_at_every_check() 
         assert a == b
         compared += a is not None
     assert compared > 20
+
+
+def test_the_monitors_check_gives_what_ci_rel_and_done_give_apart() -> None:
+    rule = PrecisionRule(precision=0.05, min_s=1.0, max_s=600.0)
+    for cycles in (1, 2, 6):
+        records = lockstep(cycles, prefill_s=1.0, decode_s=10.0)
+        until = max(r.end_ns for r in records)
+        for elapsed in (until / NS, 601.0):
+            apart = (rule.ci_rel(records, workers=WORKERS, complete_until_ns=until),
+                     rule.done(records, elapsed_s=elapsed, workers=WORKERS, complete_until_ns=until))
+            assert rule.check(records, elapsed_s=elapsed, workers=WORKERS, complete_until_ns=until) == apart
+    # The cases differ: not enough turnovers, then a CI, then past the time limit.
+    assert rule.check(lockstep(1, prefill_s=1.0, decode_s=10.0), elapsed_s=11.0, workers=WORKERS,
+                      complete_until_ns=11 * NS) == (None, False)
+    ci, _ = rule.check(lockstep(6, prefill_s=1.0, decode_s=10.0), elapsed_s=66.0, workers=WORKERS,
+                       complete_until_ns=66 * NS)
+    assert ci is not None

@@ -132,6 +132,13 @@ class PrecisionRule:
              complete_until_ns: int) -> bool:
         return self._done(Progress.of(records), elapsed_s, workers, complete_until_ns)
 
+    def check(self, records: Sequence[RequestRecord], *, elapsed_s: float, workers: int,
+              complete_until_ns: int) -> tuple[float | None, bool]:
+        """``ci_rel`` and ``done`` together, from one pass over the records (the live monitor's tick)."""
+        progress = Progress.of(records)
+        return (self._ci_rel(progress, workers, complete_until_ns),
+                self._done(progress, elapsed_s, workers, complete_until_ns))
+
     def first_stop_s(self, records: Sequence[RequestRecord], *, workers: int, check_s: float) -> float | None:
         """The first check time (s) at which the rule would have stopped this finished level, else None.
 

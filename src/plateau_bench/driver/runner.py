@@ -244,9 +244,10 @@ class _Watch:
                 continue   # a burst and a trace replay send all their requests
             workers = level.concurrency or 1  # open loop: records carry worker -1, one "worker"
             complete = complete_until_ns()
+            ci_rel, done = stop_rule.check(self.records, elapsed_s=elapsed, workers=workers, complete_until_ns=complete)
             if progress is not None:
-                progress.ci_rel = stop_rule.ci_rel(self.records, workers=workers, complete_until_ns=complete)
-            if stop_rule.done(self.records, elapsed_s=elapsed, workers=workers, complete_until_ns=complete):
+                progress.ci_rel = ci_rel
+            if done:
                 self.finish.set()
                 if progress is not None:
                     progress.draining = True

@@ -129,3 +129,28 @@ def test_latency_outside_the_engine_at_the_lightest_level_does_not_read_as_prefi
     prompt_row = next(lv for lv in model.levels if lv.metric == "ttft")
     assert prompt_row.label != light.label and prompt_row.batch > 1
     assert model.parameter("b").value == pytest.approx(get_preset(preset).step.b, rel=0.15)
+
+
+def _lagging(full: Sweep, lag_ms: float, labels: set[str] | None = None) -> Sweep:
+    """The sweep as if its load generator's event loop had lagged ``lag_ms`` (p99) at ``labels`` (all: None)."""
+    import msgspec
+
+    levels = [msgspec.structs.replace(lv, client=msgspec.structs.replace(lv.client, loop_lag_ms_p99=lag_ms))
+              if labels is None or lv.label in labels else lv for lv in full.result.levels]
+    return msgspec.structs.replace(full, result=msgspec.structs.replace(full.result, levels=levels))
+
+
+def test_levels_where_the_load_generator_stalled_are_left_out_and_said() -> None:
+    full = sweep("seed-a-tp8ep", 128)
+    clean = calibrate([full])
+    model = calibrate([_lagging(full, 450.0, {"C=512"})])
+    assert "C=512" not in {lv.label for lv in model.levels} and "C=512" in {lv.label for lv in clean.levels}
+    assert any(n.startswith("left out: C=512, where the load generator stalled") for n in model.notes), model.notes
+    # A lag below the stall mark is not a reason to drop a level.
+    assert {lv.label for lv in calibrate([_lagging(full, 150.0)]).levels} == {lv.label for lv in clean.levels}
+
+
+def test_a_sweep_stalled_throughout_is_refused_in_one_line_naming_the_stall() -> None:
+    with pytest.raises(ResultsError, match="load generator stalled") as err:
+        calibrate([_lagging(sweep("seed-a-tp8ep", 128), 900.0)])
+    assert "\n" not in str(err.value) and "C=1, C=16" in str(err.value)

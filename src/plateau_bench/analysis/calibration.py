@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
+from plateau_bench.analysis.diagnosis_client import STALL_MS
 from plateau_bench.analysis.diagnosis_common import mean_lengths
 from plateau_bench.analysis.roofline_place import decode_batch
 from plateau_bench.errors import ResultsError
@@ -110,11 +111,18 @@ class _Row(msgspec.Struct, frozen=True):
     context: float
 
 
+def _stalled(lv: LevelResult) -> bool:
+    """The load generator's event loop lagged so long that the level's token times are its own."""
+    return (lv.client.loop_lag_ms_p99 or 0.0) >= STALL_MS
+
+
 def _usable(lv: LevelResult) -> bool:
-    """A level whose steps the model describes: successful, and not recomputing preempted requests (the
-    server's counter, when scraped), whose waste the step model has no term for."""
+    """A level whose steps the model describes: successful, timed by a client that kept up (``_stalled``),
+    and not recomputing preempted requests (the server's counter, when scraped), whose waste the step
+    model has no term for."""
     return (not lv.level_failed and lv.completed > 0 and lv.tpot_ms.mean is not None and lv.tpot_ms.mean > 0
-            and lv.failed <= 0.05 * max(lv.num_requests, 1) and not (lv.telemetry.preemptions_delta or 0) > 0)
+            and lv.failed <= 0.05 * max(lv.num_requests, 1) and not (lv.telemetry.preemptions_delta or 0) > 0
+            and not _stalled(lv))
 
 
 Lengths = dict[str, tuple[float, float]]   # level label -> mean prompt and output tokens of its requests
@@ -293,7 +301,16 @@ def _policy(results: Sequence[ResultFile]) -> tuple[str, str]:
 def calibrate(sweeps: Sequence[Sweep]) -> CalibratedModel:
     """The twin fitted to one or more sweeps of one deployment (``ResultsError`` when it cannot be)."""
     rows = [row for sweep in sweeps for row in _rows(sweep)]
-    coef, errors, fixed = fit_step(rows)
+    stalled = [f"{s.name} {lv.label}" if len(sweeps) > 1 else lv.label
+               for s in sweeps for lv in s.result.levels if _stalled(lv)]
+    try:
+        coef, errors, fixed = fit_step(rows)
+    except ResultsError as exc:
+        if not stalled:
+            raise
+        raise ResultsError(f"calibration refused: the load generator stalled (event-loop lag p99 >= {STALL_MS:.0f} "
+                           f"ms) at {', '.join(stalled)}, so those levels time the client, not the server; run it "
+                           f"on cores the server does not use (what is left cannot be fitted: {exc})") from None
     results = [sweep.result for sweep in sweeps]
     cap, cap_source = _cap(results)
     kv_tokens, kv_source = _kv(sweeps)
@@ -309,6 +326,9 @@ def calibrate(sweeps: Sequence[Sweep]) -> CalibratedModel:
         why = ("the server's /metrics does not state it" if scraped else "enable /metrics for the server's figure")
         notes.append(f"KV capacity {kv_tokens:,} tokens is a lower bound (the most sequences seen decoding at "
                      f"once, at their full length): {why}")
+    if stalled:
+        notes.append(f"left out: {', '.join(stalled)}, where the load generator stalled (event-loop lag p99 >= "
+                     f"{STALL_MS:.0f} ms) and timed itself, not the server")
     notes.append(f"step budget {DEFAULT_BUDGET:,} tokens assumed (a client cannot see it; set "
                  "--max-num-batched-tokens)")
     levels = [LevelFit(run=r.run, label=r.label, batch=r.batch, measured_ms=r.y * 1e3,

@@ -10,7 +10,7 @@ import asyncio
 import gc
 import os
 import signal
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -98,3 +98,69 @@ def interrupted_by() -> str:
 def interrupted_exit_code() -> int:
     """The conventional exit status of the interrupt being handled: 128 + the signal number."""
     return 128 + (signal.SIGTERM if _terminated else signal.SIGINT)
+
+
+# What ends the running level early (its ``finish``), registered by the level runner while a level runs.
+_level_finishers: list[Callable[[], None]] = []
+_stop_asked = False
+
+
+@contextmanager
+def level_finisher(finish: Callable[[], None]) -> Iterator[None]:
+    """While the body runs, ``finish`` is what a first Ctrl-C calls under ``first_interrupt_finishes``."""
+    _level_finishers.append(finish)
+    try:
+        yield
+    finally:
+        _level_finishers.remove(finish)
+
+
+def stop_asked() -> bool:
+    """Whether a first Ctrl-C asked to stop once the running level has ended (no level starts after it)."""
+    return _stop_asked
+
+
+class Interrupts:
+    """What the handler of ``first_interrupt_finishes`` saw."""
+
+    def __init__(self) -> None:
+        self.finished_early = False   # a first Ctrl-C ended the running level early
+        self.stopped = False          # a second Ctrl-C (or SIGTERM) stopped everything at once
+
+
+@contextmanager
+def first_interrupt_finishes(announce: Callable[[str], None]) -> Iterator[Interrupts]:
+    """A first Ctrl-C ends the running level the way its stop rule would (nothing new sent, the requests
+    in flight drain), so it keeps its figures, and no level starts after it (``stop_asked``); a second
+    one, or SIGTERM, cancels the calling task, which then raises ``KeyboardInterrupt`` as a plain Ctrl-C
+    would. Call from inside the main task."""
+    global _stop_asked
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    seen = Interrupts()
+
+    def on_sigint() -> None:
+        global _stop_asked
+        if not seen.finished_early and not _terminated and _level_finishers:
+            seen.finished_early = _stop_asked = True
+            for finish in list(_level_finishers):
+                finish()
+            announce("plateau: finishing the level with the requests in flight; Ctrl-C again to stop at once")
+            return
+        seen.stopped = True
+        if task is not None:
+            task.cancel()
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (NotImplementedError, RuntimeError, ValueError):   # Windows; not the main thread
+        yield seen
+        return
+    try:
+        yield seen
+    except asyncio.CancelledError:
+        if seen.stopped:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        _stop_asked = False

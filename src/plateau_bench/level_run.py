@@ -58,6 +58,11 @@ class LevelRun(msgspec.Struct, kw_only=True):
     worker_clocks: list[WorkerClock] = msgspec.field(default_factory=list)   # workers on other clocks (Ray)
 
 
+class StopRequested(Exception):
+    """Raised by a level runner asked for a level after the user asked to stop (a first Ctrl-C): the
+    sweep ends there, keeping every level it finished."""
+
+
 class StopRule(Protocol):
     """Decides when a steady or open-loop level has been measured long enough."""
 

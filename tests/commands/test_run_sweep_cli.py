@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import msgspec
 import pytest
 from typer.testing import CliRunner
 
 from plateau_bench.cli import app
+from plateau_bench.result import ResultFile
 
 
 def invoke(*args: str) -> tuple[int, str]:
@@ -211,27 +218,103 @@ def test_new_flags_answer_bad_values_in_one_line(args: list[str], fragment: str)
     assert output.strip().count("\n") == 0
 
 
-@pytest.mark.slow   # a real-time run against the embedded twin, ~3 s each
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize(("sig", "code", "said"), [(15, 143, b"stopped by SIGTERM"), (2, 130, b"interrupted (Ctrl-C)")])
-def test_a_signal_ends_a_run_with_one_line_naming_its_records(tmp_path: Path, sig: int, code: int,
-                                                              said: bytes) -> None:
-    import subprocess
-    import sys
-    import time
-
-    out = tmp_path / "run"
+def _run_until_records(out: Path, *flags: str, size: int = 2_000) -> subprocess.Popen[bytes]:
+    """``plateau run`` against the embedded twin, returned once ``requests.jsonl`` holds ``size`` bytes.
+    It leads a process group of its own, so ``_ctrl_c`` reaches it as a terminal's Ctrl-C would."""
     proc = subprocess.Popen([sys.executable, "-m", "plateau_bench", "run", "--concurrency", "4", "--duration", "60s",
-                             "--output-len", "32", "--quiet", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             "--quiet", "--out", str(out), *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
     requests = out / "requests.jsonl"
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not (requests.exists() and requests.stat().st_size > 2_000):
+    while time.monotonic() < deadline and not (requests.exists() and requests.stat().st_size > size):
         time.sleep(0.1)
-    proc.send_signal(sig)
+    return proc
+
+
+def _ctrl_c(proc: subprocess.Popen[bytes]) -> None:
+    """SIGINT to the whole process group, as a terminal sends it: the embedded twin must not stop with it."""
+    os.killpg(proc.pid, signal.SIGINT)
+
+
+@pytest.mark.slow   # a real-time run against the embedded twin, 5-20 s
+@pytest.mark.timeout(120)
+def test_sigterm_ends_a_run_at_once_with_one_line_naming_its_records(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = _run_until_records(out, "--output-len", "32")
+    proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == code, err
+    assert proc.returncode == 143, err
     lines = err.decode().strip().splitlines()
     assert len(lines) == 1 and b"Traceback" not in err, err
-    assert said in err and str(requests).encode() in err
-    assert len(requests.read_text().splitlines()) >= 2   # what finished before the signal is kept
+    assert b"stopped by SIGTERM" in err and str(out / "requests.jsonl").encode() in err
+    assert len((out / "requests.jsonl").read_text().splitlines()) >= 2   # what finished before it is kept
+
+
+@pytest.mark.slow   # a real-time run against the embedded twin, 5-20 s
+@pytest.mark.timeout(120)
+def test_a_first_ctrl_c_ends_the_level_early_and_keeps_its_figures(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = _run_until_records(out, "--output-len", "32")
+    _ctrl_c(proc)
+    stdout, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert b"Traceback" not in err, err
+    assert err.decode().strip().splitlines() == [
+        "plateau: finishing the level with the requests in flight; Ctrl-C again to stop at once",
+        "plateau: interrupted (Ctrl-C): the level ended early, its figures cover what it ran"], err
+    result = msgspec.json.decode((out / "result.json").read_bytes(), type=ResultFile)
+    (level,) = result.levels
+    # The requests in flight drained: none failed, and every one sent has a record.
+    assert level.completed > 0 and level.failed == 0 and level.output_throughput > 0
+    assert level.completed == len((out / "requests.jsonl").read_text().splitlines())
+    assert any(n.startswith("ended early by Ctrl-C at ") for n in level.notes), level.notes
+    assert b"tok/s" in stdout
+
+
+@pytest.mark.slow   # a real-time run against the embedded twin, 5-20 s
+@pytest.mark.timeout(120)
+def test_a_second_ctrl_c_stops_at_once_naming_the_records(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    # Long answers (the twin at a tenth of its speed), so the drain the first Ctrl-C starts lasts seconds.
+    proc = _run_until_records(out, "--output-len", "256", "--sim-speed", "0.1", size=100)
+    _ctrl_c(proc)
+    time.sleep(1.0)
+    _ctrl_c(proc)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    lines = err.decode().strip().splitlines()
+    assert b"Traceback" not in err and len(lines) == 2, err
+    assert lines[0].startswith("plateau: finishing the level")
+    assert "interrupted (Ctrl-C) before the level finished" in lines[1] and str(out / "requests.jsonl") in lines[1]
+    # The level has no figures: the result file holds the run's settings and no level.
+    assert msgspec.json.decode((out / "result.json").read_bytes(), type=ResultFile).levels == []
+
+
+@pytest.mark.slow   # a real-time sweep of the embedded twin, cut after its second level: 10-30 s
+@pytest.mark.timeout(180)
+def test_a_first_ctrl_c_ends_a_sweep_after_the_level_it_ends_early(tmp_path: Path) -> None:
+    out = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "plateau_bench", "sweep", "--min-level-time", "2s",
+                             "--max-level-time", "30s", "--output-len", "32", "--quiet", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    saved = out / "result.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if saved.exists() and len(msgspec.json.decode(saved.read_bytes(), type=ResultFile).levels) >= 2:
+            break
+        time.sleep(0.2)
+    time.sleep(0.5)   # into the third level
+    _ctrl_c(proc)
+    stdout, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    lines = err.decode().strip().splitlines()
+    assert b"Traceback" not in err and len(lines) == 2, err
+    assert lines[0].startswith("plateau: finishing the level")
+    assert lines[1] == (f"plateau: interrupted (Ctrl-C): the sweep stopped after the level it ended early; its "
+                        f"levels are saved in {out} (continue with --resume {out})")
+    result = msgspec.json.decode(saved.read_bytes(), type=ResultFile)
+    ended = [lv for lv in result.levels if any(n.startswith("ended early by Ctrl-C") for n in lv.notes)]
+    assert len(result.levels) >= 3 and ended == [result.levels[-1]], [lv.notes for lv in result.levels]
+    assert ended[0].completed > 0 and ended[0].failed == 0
+    assert result.stop_reason == f"stopped by Ctrl-C, which ended {ended[0].label} early"
+    assert b"Verdict" in stdout

@@ -8,7 +8,7 @@ from typing import Annotated
 import msgspec
 import typer
 
-from plateau_bench.aio import interrupted_by, interrupted_exit_code
+from plateau_bench.aio import first_interrupt_finishes, interrupted_by, interrupted_exit_code
 from plateau_bench.aio import run as run_async
 from plateau_bench.commands import options as o
 from plateau_bench.errors import ConfigError
@@ -121,7 +121,8 @@ def run_cmd(
                                      wait_ready_s=parse_duration(wait_ready, "--wait-ready") if wait_ready else None,
                                      twin=twin)
             m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
-            with LiveView(enabled=not quiet and not as_json) as view:
+            with first_interrupt_finishes(lambda line: print(line, file=sys.stderr)) as interrupts, \
+                    LiveView(enabled=not quiet and not as_json) as view:
                 done = await measure_level(prepared, workload, level, out_dir=out, metrics_url=m_url,
                                            metrics_required=required, observer=view,
                                            progress=lambda: view.progress,
@@ -132,13 +133,17 @@ def run_cmd(
             typer.echo(msgspec.json.format(msgspec.json.encode(done.result.levels[0]), indent=2).decode())
         else:
             console.print(run_report(done.result, str(out) if out else None), highlight=False, soft_wrap=True)
+        if interrupts.finished_early:   # figures kept, but the level did not run as asked
+            print(f"plateau: {interrupted_by()}: the level ended early, its figures cover what it ran",
+                  file=sys.stderr)
+            raise SystemExit(interrupted_exit_code())
         if any(lv.completed == 0 for lv in done.result.levels):
             raise typer.Exit(1)
 
     try:
         run_async(main())
     except KeyboardInterrupt:
-        # The level did not finish, so it has no figures; what it measured is on disk (or nowhere).
+        # Stopped at once (a second Ctrl-C, SIGTERM): the level has no figures; what it measured is on disk.
         kept = f"its finished requests are in {out / 'requests.jsonl'}" if out else "nothing was saved (no --out)"
         print(f"plateau: {interrupted_by()} before the level finished; {kept}", file=sys.stderr)
         raise SystemExit(interrupted_exit_code()) from None

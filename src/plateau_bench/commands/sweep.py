@@ -10,7 +10,7 @@ from typing import Annotated
 import msgspec
 import typer
 
-from plateau_bench.aio import interrupted_by, interrupted_exit_code
+from plateau_bench.aio import Interrupts, first_interrupt_finishes, interrupted_by, interrupted_exit_code
 from plateau_bench.aio import run as run_async
 from plateau_bench.analysis.plateau import SearchConfig
 from plateau_bench.analysis.slo import parse_slo
@@ -19,6 +19,7 @@ from plateau_bench.commands import roofline_opts as r
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.live import LiveView
 from plateau_bench.report.terminal import sweep_report
+from plateau_bench.result import ResultFile
 from plateau_bench.spec import parse_duration, parse_float_list, parse_int_list
 from plateau_bench.sweep.plan import ConcurrencyPlan, RatePlan, SloSearchPlan, SweepLimits
 from plateau_bench.sweep.trace_plan import TracePlan
@@ -233,7 +234,8 @@ def sweep_cmd(
                                      twin=twin)
             m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
             planned = len(plan.concurrencies or ()) if isinstance(plan, ConcurrencyPlan) else 8
-            with LiveView(enabled=not quiet and not as_json, est_levels=planned or 12) as view:
+            with first_interrupt_finishes(lambda line: print(line, file=sys.stderr)) as interrupts, \
+                    LiveView(enabled=not quiet and not as_json, est_levels=planned or 12) as view:
                 done = await measure(prepared, workload, plan, out_dir=out_dir, metrics_url=m_url,
                                      metrics_required=required, observer=view, progress=lambda: view.progress,
                                      existing="resume" if resume else "overwrite" if overwrite or out is None
@@ -245,12 +247,7 @@ def sweep_cmd(
             typer.echo(msgspec.json.format(msgspec.json.encode(data), indent=2).decode())
         else:
             console.print(sweep_report(done.result, str(out_dir)), highlight=False, soft_wrap=True)
-        last = done.result.levels[-1] if done.result.levels else None
-        if last is not None and last.level_failed and last.dominant_error == "connect":
-            print(f"plateau: the target stopped answering during {last.label}; finished levels are saved in "
-                  f"{out_dir} (continue with --resume {out_dir})", file=sys.stderr)
-            return 1
-        return 1 if any(lv.completed == 0 for lv in done.result.levels) else 0
+        return _exit_code(done.result, out_dir, interrupts)
 
     try:
         code = run_async(main())
@@ -260,6 +257,20 @@ def sweep_cmd(
         raise SystemExit(interrupted_exit_code()) from None
     if code:
         raise typer.Exit(code)
+
+
+def _exit_code(result: ResultFile, out_dir: Path, interrupts: Interrupts) -> int:
+    """The sweep's exit status, its last line said on stderr where it ended early."""
+    if interrupts.finished_early:
+        print(f"plateau: {interrupted_by()}: the sweep stopped after the level it ended early; its levels are "
+              f"saved in {out_dir} (continue with --resume {out_dir})", file=sys.stderr)
+        return interrupted_exit_code()
+    last = result.levels[-1] if result.levels else None
+    if last is not None and last.level_failed and last.dominant_error == "connect":
+        print(f"plateau: the target stopped answering during {last.label}; finished levels are saved in "
+              f"{out_dir} (continue with --resume {out_dir})", file=sys.stderr)
+        return 1
+    return 1 if any(lv.completed == 0 for lv in result.levels) else 0
 
 
 def register(app: typer.Typer) -> None:

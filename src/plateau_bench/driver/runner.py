@@ -21,14 +21,14 @@ import datetime as _dt
 import time
 from collections.abc import Callable, Sequence
 
-from plateau_bench.aio import old_objects_frozen
+from plateau_bench.aio import level_finisher, old_objects_frozen, stop_asked
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.health import HealthSampler
 from plateau_bench.driver.load import LoadProgress, Sender, run_level
 from plateau_bench.driver.pool import PoolOutcome, WorkerPool
 from plateau_bench.driver.sessions import SessionPool, SessionSender
 from plateau_bench.errors import ErrorClass
-from plateau_bench.level_run import LevelRun, StopRule
+from plateau_bench.level_run import LevelRun, StopRequested, StopRule
 from plateau_bench.progress import LevelProgress
 from plateau_bench.records import RequestRecord
 from plateau_bench.spec import LevelSpec, TargetSpec
@@ -138,6 +138,8 @@ class HttpLevelRunner:
         stop_rule: StopRule | None,
         repeat: int = 1,
     ) -> LevelRun:
+        if stop_asked():
+            raise StopRequested(label)
         progress = self.progress()
         if progress is not None and stop_rule is not None:
             progress.precision = stop_rule.precision
@@ -158,8 +160,17 @@ class HttpLevelRunner:
         if dcgm is not None:
             await dcgm.start()
         watch = _Watch(level, stop_rule, collect.records, scraper, progress, finish, t0)
+        asked_at_ns: list[int] = []
+
+        def finish_now() -> None:   # the user's first Ctrl-C (aio.first_interrupt_finishes)
+            if not finish.is_set():    # not already draining on the stop rule's word
+                asked_at_ns.append(time.monotonic_ns())
+            finish.set()
+            if progress is not None:
+                progress.draining = True
+
         try:
-            with old_objects_frozen():
+            with old_objects_frozen(), level_finisher(finish_now):
                 load = await (self._local(level, t0, collect, abort, finish, watch, repeat) if self.pool is None
                               else self._pooled(self.pool, level, t0, collect, abort, finish, watch))
         finally:
@@ -169,7 +180,8 @@ class HttpLevelRunner:
         return LevelRun(
             level=level, label=label, records=collect.records, server_samples=server_samples,
             gpu_samples=gpu_samples, dcgm_samples=dcgm_samples, health_samples=load.health,
-            notes=[*(dcgm.notes() if dcgm is not None else []), *load.notes], started_at=started_at,
+            notes=[*(dcgm.notes() if dcgm is not None else []), *load.notes, *_ended_early(asked_at_ns, t0)],
+            started_at=started_at,
             t0_monotonic_ns=t0, cut_off_at_stop=load.cancelled, target_gone=collect.refused >= DEAD_TARGET_FAILURES,
             engine=self.engine, gpu_note=None if gpu_samples else self.gpu_note, load_processes=load.processes,
             lost_workers=load.lost, worker_clocks=load.clocks)
@@ -251,3 +263,10 @@ class _Watch:
                 self.finish.set()
                 if progress is not None:
                     progress.draining = True
+
+
+def _ended_early(asked_at_ns: list[int], t0_ns: int) -> list[str]:
+    if not asked_at_ns:
+        return []
+    return [f"ended early by Ctrl-C at {(asked_at_ns[0] - t0_ns) / 1e9:.1f} s: nothing was sent after it, and the "
+            "requests then in flight drained as at a level's end"]

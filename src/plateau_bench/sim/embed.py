@@ -7,7 +7,8 @@ thread with its own event loop (no start-up cost; tests use it to look at the en
 
 The child is ``python -m plateau_bench.sim.child`` with the configuration and options as JSON;
 it prints ``READY <port>`` once it listens (or ``ERROR <message>``) and stops cleanly on SIGTERM
-or SIGINT. It is never left behind: its stdin is a pipe from this process, which the kernel
+or SIGINT; it runs in a session of its own, so a terminal's Ctrl-C reaches this process alone, which
+stops it. It is never left behind: its stdin is a pipe from this process, which the kernel
 closes when this process ends however it ends, and the child stops at end of file (and when its
 parent process id changes, in case another process inherited the pipe).
 """
@@ -143,8 +144,10 @@ def start_sim_server(config: EngineConfig, *, host: str = "127.0.0.1", port: int
     args = [sys.executable, "-m", "plateau_bench.sim.child", "--config", msgspec.json.encode(config).decode(),
             "--options", msgspec.json.encode(options).decode(), "--host", host, "--port", str(port),
             "--watch-parent", str(os.getpid())]
-    # stdin stays open and unused: its end of file tells the child that this process is gone.
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+    # stdin stays open and unused: its end of file tells the child that this process is gone. Its own
+    # session keeps a terminal's Ctrl-C (sent to the whole foreground group) from stopping the twin
+    # under a level that the first Ctrl-C only asks to finish: this process stops it.
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stdin=subprocess.PIPE, start_new_session=True)
     line = _read_line(proc, READY_TIMEOUT_S)
     if line.startswith("READY "):
         return SimServerHandle(host, int(line.split()[1]), _ProcessStopper(proc), pid=proc.pid)

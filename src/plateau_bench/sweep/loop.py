@@ -35,7 +35,7 @@ from plateau_bench.analysis.plateau import plateau_and_knee
 from plateau_bench.analysis.repeats import add_repeat, repeat_figures
 from plateau_bench.analysis.slo import goodput, level_meets, violations
 from plateau_bench.analysis.slo_boundary import slo_boundary
-from plateau_bench.level_run import LevelRun, LevelRunner, StopRule
+from plateau_bench.level_run import LevelRun, LevelRunner, StopRequested, StopRule
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import LevelResult, ResultFile, SearchSettings, SloSummary
 from plateau_bench.roofline import Roofline
@@ -127,7 +127,11 @@ async def run_sweep(
             break
         if _over_budget(step.level, state, limits):
             break
-        level = await _measure(ctx, step.level, step.label, step.phase, attempts.get(step.label, 0) + 1)
+        try:
+            level = await _measure(ctx, step.level, step.label, step.phase, attempts.get(step.label, 0) + 1)
+        except StopRequested:
+            state.stop_reason, state.halted = _stopped_by_user(state), True
+            break
         reason = _error_stop(level, limits)
         if reason:
             state.stop_reason, state.halted = reason, True
@@ -139,6 +143,11 @@ async def run_sweep(
     if limits.repeat > 1 and not state.halted:
         await _repeat_rounds(ctx, dict(repeats_used or {}))
     return state
+
+
+def _stopped_by_user(state: SweepState) -> str:
+    last = state.levels[-1].label if state.levels else None
+    return f"stopped by Ctrl-C, which ended {last} early" if last else "stopped by Ctrl-C"
 
 
 def _over_budget(spec: LevelSpec, state: SweepState, limits: SweepLimits, extra: str = "",
@@ -184,7 +193,11 @@ async def _repeat_rounds(ctx: _Context, used: dict[tuple[str, int], int]) -> Non
             used[key] = repeat
             if ctx.observer is not None:   # the live view shows the repeat's progress, not a new level
                 ctx.observer.level_started(spec, f"repeat {round_no} of {ctx.limits.repeat}")
-            run, measured = await _run_one(ctx, spec, lv.label, lv.attempt, repeat)
+            try:
+                run, measured = await _run_one(ctx, spec, lv.label, lv.attempt, repeat)
+            except StopRequested:
+                ctx.state.stop_reason += f"; repeats stopped in round {round_no} by Ctrl-C"
+                return
             add_repeat(lv, repeat_figures(measured, repeat))
             if ctx.on_level is not None:
                 ctx.on_level(run, lv, repeat)

@@ -207,3 +207,26 @@ def test_sweeps_that_do_not_calibrate_together_keep_the_last_models_word(tmp_pat
     # x=8 measured 25 % under its prediction, so x=4 (predicted 300) could still beat its 280
     assert by_x[4].predicted_from == [{"parallel": 2}] and done.recommendation == {"parallel": 4}
     assert sum("not calibrated again after parallel=8: calibration needs" in n for n in done.calibration_notes) == 1
+
+
+def test_a_setting_whose_sweep_the_load_generator_limited_is_said_to_be_a_lower_bound(tmp_path: Path) -> None:
+    import asyncio
+
+    from plateau_bench.result import Plateau, ResultFile, Verdict
+    from plateau_bench.spec import WorkloadSpec
+    from plateau_bench.sweep.tune import run_tune
+
+    stalled = "load generator stalled: its event loop lagged 900 ms (p99) at C=8"
+
+    async def measure(setting: dict[str, int], run_dir: Path) -> tuple[ResultFile, float | None]:
+        verdict = Verdict(constraint="load_generator" if setting["x"] == 4 else "admission_cap",
+                          headline=stalled if setting["x"] == 4 else "admission cap", confidence="high")
+        return ResultFile(kind="sweep", plateau=Plateau(float(setting["x"]) * 100, 1, True), verdict=verdict), 0.1
+
+    done = asyncio.run(run_tune([parse_param("x=1,2,4")], {"x": 2}, measure, tmp_path,
+                                workload=WorkloadSpec(), candidates=0, brute_force=True))
+    by_setting = {t.setting["x"]: t for t in done.trials}
+    assert by_setting[4].load_generator_bound == stalled
+    assert by_setting[1].load_generator_bound is None and by_setting[2].load_generator_bound is None
+    assert f"x=4: its 400 tok/s is a lower bound, the load generator limited the sweep ({stalled})" \
+        in done.calibration_notes

@@ -131,6 +131,9 @@ class TuneTrial(msgspec.Struct, kw_only=True):
     server_ready_s: float | None = None
     # The settings whose sweeps the prediction was calibrated on (measured before this one).
     predicted_from: list[dict[str, int]] = msgspec.field(default_factory=list)
+    # Its sweep's verdict named the load generator: the measured figure is what the client drove, a lower
+    # bound on the server's (the headline says why).
+    load_generator_bound: str | None = None
 
     @property
     def error(self) -> float | None:
@@ -235,6 +238,8 @@ class _Search:
             trial.why = f"{why} (failed: {exc})"
             return trial
         trial.measured_tok_s = objective_value(result, self.use_slo)
+        if result.verdict is not None and result.verdict.constraint == "load_generator":
+            trial.load_generator_bound = result.verdict.headline
         return trial
 
     async def recalibrate(self) -> None:
@@ -318,6 +323,8 @@ async def run_tune(params: Sequence[TuneParam], start: dict[str, int], measure: 
     if brute_force:
         for setting in search.unmeasured():
             await search.measured(setting, "brute force")
+    notes += [f"{_label(t.setting)}: its {t.measured_tok_s or 0:,.0f} tok/s is a lower bound, the load generator "
+              f"limited the sweep ({t.load_generator_bound})" for t in search.trials.values() if t.load_generator_bound]
     return TuneResult(serve=redact_command(serve), params=list(params), objective="slo throughput" if slos
                       else "throughput", slos=[s.describe() for s in slos],
                       trials=sorted(search.trials.values(), key=lambda t: _key(t.setting)),

@@ -12,6 +12,7 @@ import os
 import signal
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -120,12 +121,12 @@ def stop_asked() -> bool:
     return _stop_asked
 
 
+@dataclass
 class Interrupts:
     """What the handler of ``first_interrupt_finishes`` saw."""
 
-    def __init__(self) -> None:
-        self.finished_early = False   # a first Ctrl-C ended the running level early
-        self.stopped = False          # a second Ctrl-C (or SIGTERM) stopped everything at once
+    finished_early: bool = False   # a first Ctrl-C ended the running level early
+    stopped: bool = False          # a second Ctrl-C (or SIGTERM) stopped everything at once
 
 
 @contextmanager

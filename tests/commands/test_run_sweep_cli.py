@@ -236,6 +236,16 @@ def _ctrl_c(proc: subprocess.Popen[bytes]) -> None:
     os.killpg(proc.pid, signal.SIGINT)
 
 
+def _last_line_after_ctrl_c(proc: subprocess.Popen[bytes], err: bytes) -> str:
+    """What every command ended by Ctrl-C shares (exit 130, no traceback, the first Ctrl-C's line, then
+    one more); returns that last line."""
+    assert proc.returncode == 130, err
+    lines = err.decode().strip().splitlines()
+    assert b"Traceback" not in err and len(lines) == 2, err
+    assert lines[0] == "plateau: finishing the level with the requests in flight; Ctrl-C again to stop at once"
+    return lines[1]
+
+
 @pytest.mark.slow   # a real-time run against the embedded twin, 5-20 s
 @pytest.mark.timeout(120)
 def test_sigterm_ends_a_run_at_once_with_one_line_naming_its_records(tmp_path: Path) -> None:
@@ -257,11 +267,8 @@ def test_a_first_ctrl_c_ends_the_level_early_and_keeps_its_figures(tmp_path: Pat
     proc = _run_until_records(out, "--output-len", "32")
     _ctrl_c(proc)
     stdout, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert b"Traceback" not in err, err
-    assert err.decode().strip().splitlines() == [
-        "plateau: finishing the level with the requests in flight; Ctrl-C again to stop at once",
-        "plateau: interrupted (Ctrl-C): the level ended early, its figures cover what it ran"], err
+    assert _last_line_after_ctrl_c(proc, err) == \
+        "plateau: interrupted (Ctrl-C): the level ended early, its figures cover what it ran"
     result = msgspec.json.decode((out / "result.json").read_bytes(), type=ResultFile)
     (level,) = result.levels
     # The requests in flight drained: none failed, and every one sent has a record.
@@ -281,11 +288,8 @@ def test_a_second_ctrl_c_stops_at_once_naming_the_records(tmp_path: Path) -> Non
     time.sleep(1.0)
     _ctrl_c(proc)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    lines = err.decode().strip().splitlines()
-    assert b"Traceback" not in err and len(lines) == 2, err
-    assert lines[0].startswith("plateau: finishing the level")
-    assert "interrupted (Ctrl-C) before the level finished" in lines[1] and str(out / "requests.jsonl") in lines[1]
+    last = _last_line_after_ctrl_c(proc, err)
+    assert "interrupted (Ctrl-C) before the level finished" in last and str(out / "requests.jsonl") in last
     # The level has no figures: the result file holds the run's settings and no level.
     assert msgspec.json.decode((out / "result.json").read_bytes(), type=ResultFile).levels == []
 
@@ -306,12 +310,9 @@ def test_a_first_ctrl_c_ends_a_sweep_after_the_level_it_ends_early(tmp_path: Pat
     time.sleep(0.5)   # into the third level
     _ctrl_c(proc)
     stdout, err = proc.communicate(timeout=90)
-    assert proc.returncode == 130, err
-    lines = err.decode().strip().splitlines()
-    assert b"Traceback" not in err and len(lines) == 2, err
-    assert lines[0].startswith("plateau: finishing the level")
-    assert lines[1] == (f"plateau: interrupted (Ctrl-C): the sweep stopped after the level it ended early; its "
-                        f"levels are saved in {out} (continue with --resume {out})")
+    assert _last_line_after_ctrl_c(proc, err) == (
+        f"plateau: interrupted (Ctrl-C): the sweep stopped after the level it ended early; its levels are saved "
+        f"in {out} (continue with --resume {out})")
     result = msgspec.json.decode(saved.read_bytes(), type=ResultFile)
     ended = [lv for lv in result.levels if any(n.startswith("ended early by Ctrl-C") for n in lv.notes)]
     assert len(result.levels) >= 3 and ended == [result.levels[-1]], [lv.notes for lv in result.levels]

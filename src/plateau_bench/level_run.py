@@ -46,6 +46,7 @@ class LevelRun(msgspec.Struct, kw_only=True):
     started_at: str | None = None         # wall clock, UTC, ISO 8601
     t0_monotonic_ns: int | None = None
     cut_off_at_stop: int = 0              # cancelled by an abort (Ctrl-C, the target gone)
+    cancelled_at_end: int = 0             # in flight when the precision rule ended it (sent after its window)
     target_gone: bool = False             # ended after too many refused connections in a row
     engine: str | None = None             # what /metrics identified
     gpu_note: str | None = None           # why local GPU telemetry is absent
@@ -86,6 +87,16 @@ class StopRule(Protocol):
     def first_stop_s(self, records: Sequence[RequestRecord], *, workers: int, check_s: float) -> float | None:
         """For a level already run to its end (the twin's): the first check, every ``check_s`` or so,
         at which ``done`` would have held on the records finished by then (None: it never did)."""
+        ...
+
+    def first_stop(self, records: Sequence[RequestRecord], *, workers: int,
+                   check_s: float) -> tuple[float, bool] | None:
+        """``first_stop_s`` and whether the rule stopped there on its confidence interval (``may_cancel_in_flight``)."""
+        ...
+
+    def may_cancel_in_flight(self, ci_rel: float | None, elapsed_s: float) -> bool:
+        """Whether a closed-loop level stopping now, at this ``ci_rel``, may cancel its requests in flight
+        instead of draining them (its window ends before the oldest of them was sent)."""
         ...
 
 

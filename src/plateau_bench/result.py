@@ -225,6 +225,7 @@ class LevelResult(msgspec.Struct, kw_only=True):
     gain: float | None = None                # output tok/s over the previous lower level's, minus 1
     goodput_rps: float | None = None         # requests/s meeting every --slo, per request (DistServe)
     cut_off_at_stop: int = 0                 # requests cancelled when the level was stopped
+    cancelled_at_end: int = 0                # in flight when the precision rule ended it: sent after the window
     telemetry: ServerTelemetry = msgspec.field(default_factory=ServerTelemetry)
     client: ClientHealth = msgspec.field(default_factory=ClientHealth)
     gpu_note: str | None = None              # why local GPU telemetry is absent
@@ -326,6 +327,7 @@ class SweepSettings(msgspec.Struct, frozen=True, kw_only=True):
     min_level_s: float = 5.0
     max_level_s: float = 60.0
     warmup: int = 0
+    drain: bool = False                       # --drain: in-flight requests waited for at every stop
     slo: list[str] = msgspec.field(default_factory=list)
     budget_s: float | None = None
     max_error_rate: float = 0.2

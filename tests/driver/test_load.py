@@ -287,3 +287,22 @@ async def test_finish_drains_the_level_instead_of_cancelling() -> None:
     assert progress.cancelled == 0 and progress.hung == 0
     assert len(records) == progress.sent and all(r.error is None for r in records)
     assert sender.in_flight == 0
+
+
+async def test_cancel_ends_the_level_at_once_and_counts_what_was_in_flight() -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0, 0.2)
+    cancel = asyncio.Event()
+    progress = LoadProgress()
+
+    def on_record(r: RequestRecord) -> None:
+        if progress.completed >= 8:
+            cancel.set()
+
+    level = _level(mode="steady", concurrency=4, duration_s=30.0)
+    records = await run_level(sender, PROMPTS, level, t0_ns=t0, on_record=on_record, cancel=cancel,
+                              progress=progress)
+    # What was in flight got no record (a drain would have waited for it: sent == records).
+    assert progress.cancelled_at_end >= 1 and progress.cancelled == 0 and progress.hung == 0
+    assert progress.sent == len(records) + progress.cancelled_at_end
+    assert all(r.error is None for r in records) and sender.in_flight == 0

@@ -20,15 +20,16 @@ from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
 CAP = 32
 
 
-def sweep(*, metrics: bool) -> tuple[SweepState, ResultFile]:
+def sweep(*, metrics: bool, drain: bool = False) -> tuple[SweepState, ResultFile]:
     config = msgspec.structs.replace(get_preset("tiny"), max_num_seqs=CAP)
     runner = VirtualLevelRunner(config, WorkloadSpec(input_len=64, output_len=2048), metrics=metrics)
-    return asyncio.run(run_plan(runner, ConcurrencyPlan(limits=SweepLimits(min_level_s=1.0, max_level_s=120.0))))
+    limits = SweepLimits(min_level_s=1.0, max_level_s=120.0, drain=drain)
+    return asyncio.run(run_plan(runner, ConcurrencyPlan(limits=limits)))
 
 
 def _turnovers(level: LevelResult) -> float:
-    """Level length in end-to-end latencies: a lock-step level stopped after k turnovers lasts k + 1
-    (the requests sent at the stop drain)."""
+    """Level length in end-to-end latencies: a lock-step level stopped after k turnovers lasts k + 1 when
+    the requests sent at the stop drain, k when they are cancelled."""
     assert level.e2e_ms.p50
     return level.wall_s / (level.e2e_ms.p50 / 1000)
 
@@ -36,19 +37,42 @@ def _turnovers(level: LevelResult) -> float:
 @pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_unambiguous_growth_ends_after_one_turnover_and_the_rest_after_two() -> None:
     state, result = sweep(metrics=False)
-    early = [lv for lv in state.levels if _turnovers(lv) < 2.5]
+    # A level stopped after one turnover drains (the requests sent at the stop bring the prefill phase its
+    # window needs); one stopped on its interval, after two, cancels what is in flight.
+    early = [lv for lv in state.levels if not lv.cancelled_at_end]
     assert len(early) >= 3, "the clearly growing levels should end after one turnover"
-    assert all(lv.phase == "grow" and _turnovers(lv) >= 1.9 for lv in early)
+    assert all(lv.phase == "grow" and 1.9 <= _turnovers(lv) < 2.5 for lv in early)
+    assert all(lv.completed == 2 * (lv.concurrency or 0) for lv in early)
     # Flat doublings and refinements keep the full rule.
     assert result.plateau is not None and result.knee is not None
     decisive = [lv for lv in state.levels if lv.phase in ("confirm", "refine")
                 or (lv.concurrency or 0) > result.plateau.concurrency]
-    assert decisive and all(_turnovers(lv) >= 2.9 for lv in decisive)
+    assert decisive and all(lv.cancelled_at_end and lv.completed >= 2 * (lv.concurrency or 0) for lv in decisive)
+    assert all(_turnovers(lv) >= 1.9 for lv in decisive)
     # The cap level ended early (it grew by a third) and still reads the plateau: its window holds the
     # requests sent at the stop, as drained.
     top = max(lv.output_throughput for lv in state.levels)
     at_cap = next(lv for lv in state.levels if lv.concurrency == CAP)
     assert at_cap.output_throughput >= 0.99 * top
+
+
+@pytest.mark.slow   # a second or more: kept out of the inner loop
+def test_cancelling_what_is_in_flight_at_a_precise_stop_saves_its_drain_and_moves_no_answer() -> None:
+    cancelled, summary = sweep(metrics=False)
+    drained, drained_summary = sweep(metrics=False, drain=True)
+    assert [lv.concurrency for lv in cancelled.levels] == [lv.concurrency for lv in drained.levels]
+    assert summary.plateau is not None and drained_summary.plateau is not None
+    assert summary.plateau.concurrency == drained_summary.plateau.concurrency
+    assert abs(summary.plateau.throughput / drained_summary.plateau.throughput - 1) < 0.01
+    assert summary.knee is not None and drained_summary.knee is not None
+    assert summary.knee.bracket == drained_summary.knee.bracket
+    assert not any(lv.cancelled_at_end for lv in drained.levels)
+    cut = [lv for lv in cancelled.levels if lv.cancelled_at_end]
+    assert cut and all(any("were cancelled, not waited for" in n for n in lv.notes) for lv in cut)
+    # Each of those levels saves the drain of its last requests, a large part of a 2,048-token request.
+    by_c = {lv.concurrency: lv for lv in drained.levels}
+    assert all(lv.wall_s < by_c[lv.concurrency].wall_s - 0.3 * (lv.e2e_ms.p50 or 0) / 1000 for lv in cut)
+    assert cancelled.spent_s < 0.85 * drained.spent_s
 
 
 @pytest.mark.slow   # a second or more: kept out of the inner loop

@@ -123,6 +123,7 @@ class PrecisionRule:
     batches: int = 10
     min_turnover: float = 2.0
     clear_above: float | None = None   # output tok/s the level must clearly beat for the search to grow
+    drain: bool = False                # --drain: wait for the requests in flight at every stop
 
     def ci_rel(self, records: Sequence[RequestRecord], *, workers: int, complete_until_ns: int) -> float | None:
         """Relative CI half-width of the steady throughput so far (None: not enough steady data)."""
@@ -140,7 +141,14 @@ class PrecisionRule:
                 self._done(progress, elapsed_s, workers, complete_until_ns))
 
     def first_stop_s(self, records: Sequence[RequestRecord], *, workers: int, check_s: float) -> float | None:
-        """The first check time (s) at which the rule would have stopped this finished level, else None.
+        """The first check time (s) at which the rule would have stopped this finished level, else None."""
+        stop = self.first_stop(records, workers=workers, check_s=check_s)
+        return stop[0] if stop is not None else None
+
+    def first_stop(self, records: Sequence[RequestRecord], *, workers: int,
+                   check_s: float) -> tuple[float, bool] | None:
+        """The first check time (s) at which the rule would have stopped this finished level, and whether
+        it stopped on its confidence interval (``precise``, see ``may_cancel_in_flight``); None: it never stopped.
 
         Checks come every ``check_s``, or every 2 % of the elapsed time once that is longer (a 2 %
         later stop is within the rule's own precision).
@@ -157,10 +165,22 @@ class PrecisionRule:
             pending = sent[n_done:]
             started = pending[pending <= t]
             complete = int(started.min()) if started.size else int(t)
-            if self._done(index.after(n_done), t / NS, workers, complete):
-                return t / NS
+            progress = index.after(n_done)
+            if self._done(progress, t / NS, workers, complete):
+                ci = self._ci_rel(progress, workers, complete)
+                return t / NS, self.may_cancel_in_flight(ci, t / NS)
             t += max(check_s * NS, 0.02 * t)
         return None
+
+    def may_cancel_in_flight(self, ci_rel: float | None, elapsed_s: float) -> bool:
+        """Whether the requests in flight when a closed-loop level stops now may be cancelled, not waited
+        for (unless ``drain``): when it stops on its confidence interval, not on its time limit nor after
+        one turnover on ``clear_above``. Its window then ends, on whole cycles, before the oldest request
+        in flight was sent, so none of their tokens is in it: waiting for them (a request's length of
+        benchmark time) would change no figure. After one turnover the window would hold the first
+        wave's decode phase alone, and only the requests sent at the stop bring the prefill phase that
+        balances it, so those levels drain."""
+        return not self.drain and ci_rel is not None and ci_rel <= self.precision and elapsed_s < self.max_s
 
     def _ci_rel(self, progress: Progress, workers: int, complete_until_ns: int) -> float | None:
         estimate = self._estimate(progress, workers, complete_until_ns, self.min_turnover)

@@ -73,6 +73,10 @@ def _notes(run: LevelRun, result: LevelResult) -> list[str]:
                      "hung failures")
     if run.cut_off_at_stop:
         notes.append(f"{run.cut_off_at_stop} request(s) in flight were cut off when the level was aborted")
+    if run.cancelled_at_end:
+        notes.append(f"{run.cancelled_at_end} request(s) in flight when the estimate was precise enough were "
+                     "cancelled, not waited for: all were sent after the window ended, so none of their tokens "
+                     "is in it (--drain waits for them)")
     if run.target_gone:
         notes.append("stopped: connections refused again and again, the target is gone")
     if run.lost_workers:
@@ -99,6 +103,7 @@ def build_level(run: LevelRun) -> LevelResult:
         gpu_note=None if run.gpu_samples else run.gpu_note,
         benchmark_s=run.benchmark_s,
         cut_off_at_stop=run.cut_off_at_stop,
+        cancelled_at_end=run.cancelled_at_end,
         gpu_metrics=gpu_metrics(run.dcgm_samples, window.start_ns, window.end_ns) if run.dcgm_samples else None,
         sim=sim,
         worker_clocks=list(run.worker_clocks),

@@ -150,6 +150,7 @@ def sweep_cmd(
                                                 rich_help_panel=SEARCH)] = "60s",
     warmup: Annotated[int, typer.Option("--warmup", help="Warm-up requests per level.",
                                         rich_help_panel=SEARCH)] = 0,
+    drain: o.Drain = False,
     slo: Annotated[str | None, typer.Option("--slo", help="Stop when violated, e.g. ttft_p99=2s,"
                                             "tpot_p99=100ms.", rich_help_panel=SEARCH)] = None,
     budget: Annotated[str | None, typer.Option("--budget", help="Stop before spending more, e.g. 10m.",
@@ -209,7 +210,7 @@ def sweep_cmd(
                          max_level_s=parse_duration(max_level_time, "--max-level-time"), warmup=warmup,
                          slos=tuple(parse_slo(slo)) if slo else (),
                          budget_s=parse_duration(budget, "--budget") if budget else None,
-                         max_error_rate=max_error_rate, repeat=repeat, burstiness=burstiness)
+                         max_error_rate=max_error_rate, repeat=repeat, burstiness=burstiness, drain=drain)
     plan = (trace_plan(trace, time_scale, concurrency, rate, find, limits) if trace is not None
             else find_plan(find, mode, concurrency, rate, start, max_concurrency, start_rate, max_rate, resolution,
                            burstiness, limits) if find is not None

@@ -94,6 +94,7 @@ def tune_cmd(  # long: one option per line
                                                     "setting (default: the adaptive search).")] = None,
     min_level_time: Annotated[str, typer.Option("--min-level-time", help="Shortest steady window.")] = "5s",
     max_level_time: Annotated[str, typer.Option("--max-level-time", help="Longest level of each sweep.")] = "60s",
+    drain: o.Drain = False,
     wait_ready: Annotated[str, typer.Option("--wait-ready", help="How long a server may take to start.")] = "10m",
     out: Annotated[Path, typer.Option("--out", help="Directory for the sweeps, server logs and tune.json.")]
     = Path("runs/tune"),
@@ -122,7 +123,7 @@ def tune_cmd(  # long: one option per line
                            search=SearchConfig(max_concurrency=max(grid) if grid else max_concurrency),
                            limits=SweepLimits(min_level_s=parse_duration(min_level_time, "--min-level-time"),
                                               max_level_s=parse_duration(max_level_time, "--max-level-time"),
-                                              slos=tuple(slos)))
+                                              slos=tuple(slos), drain=drain))
     plan.validate()
     out.mkdir(parents=True, exist_ok=True)
     measure = _measurer(serve, url, model, workload, plan, parse_duration(wait_ready, "--wait-ready"), out, params,

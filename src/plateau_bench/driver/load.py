@@ -33,6 +33,10 @@ one has: a burst's first wave may take a while). Whatever is still in flight the
 gets a failed record of class ``hung`` (with the tokens it streamed so far when the sender can tell,
 as the HTTP client can) and is cancelled. So every request sent ends as ok, failed or hung, and none vanishes.
 
+Ending at once: setting ``cancel`` (a steady level whose estimate is precise: its window ends before
+the oldest request in flight was sent) stops sending and cancels the requests in flight; they are
+counted in ``progress.cancelled_at_end`` and get no record (none of their tokens is in the window).
+
 Aborting: setting ``stop`` (the target is gone) ends the level at once: nothing new is sent,
 in-flight requests are cancelled and counted in ``progress.cancelled`` (they are not measurements).
 Cancelling the ``run_level`` task itself (Ctrl-C) does the same cleanup and re-raises; every finished
@@ -103,6 +107,7 @@ class LoadProgress:
     prompt_tokens: int = 0
     unsent: int = 0            # open-loop arrivals dropped after the duration
     cancelled: int = 0         # in-flight requests cut off by an abort (``stop``)
+    cancelled_at_end: int = 0  # in-flight requests cancelled by ``cancel`` (the precision rule's stop)
     hung: int = 0              # still in flight when the drain's grace period ended
     draining: bool = False
 
@@ -136,6 +141,7 @@ async def run_level(
     on_record: OnRecord | None = None,
     stop: asyncio.Event | None = None,
     finish: asyncio.Event | None = None,
+    cancel: asyncio.Event | None = None,
     progress: LoadProgress | None = None,
     seed: int = 0,
     grace_min_s: float = GRACE_MIN_S,
@@ -153,6 +159,8 @@ async def run_level(
         on_record: called with each finished record, as soon as it finishes.
         stop: set it to abort the level (in-flight requests are cancelled, not measured).
         finish: set it to end the level early: nothing new is sent, in-flight requests drain.
+        cancel: set it to end the level at once, its figures complete: nothing new is sent, in-flight
+            requests are cancelled and counted in ``progress.cancelled_at_end`` (not measurements).
         progress: live counters, updated in place.
         seed: seed of the open-loop arrival schedule.
         grace_min_s: the shortest drain before in-flight requests are declared hung.
@@ -171,6 +179,7 @@ async def run_level(
     run.grace_min_ns = int(grace_min_s * NS)
     run.offsets_ns = offsets_ns
     run.session_open = session_open
+    run.cancel = cancel
     return await run.run()
 
 
@@ -203,12 +212,15 @@ class _LevelRun:
         self.share = LoadShare()
         self.offsets_ns: Sequence[int] | None = None
         self.session_open: Callable[[int], bool] | None = None
+        self.cancel: asyncio.Event | None = None
+        self._cancelling = False
 
     def now(self) -> int:
         return self.clock_ns() - self.t0_ns
 
     async def run(self) -> list[RequestRecord]:
         watcher = asyncio.create_task(self._watch_stop()) if self.stop is not None else None
+        canceller = asyncio.create_task(self._watch_cancel()) if self.cancel is not None else None
         try:
             if self.level.warmup > 0:
                 width = min(self.level.concurrency or self.level.max_concurrency or self.level.warmup,
@@ -224,8 +236,9 @@ class _LevelRun:
                     await self._phase(self._closed_loop(self.level.concurrency, self.level.total_requests(),
                                                         deadline, warmup=False))
         finally:
-            if watcher is not None:
-                watcher.cancel()
+            for task in (watcher, canceller):
+                if task is not None:
+                    task.cancel()
             await self._cancel_all()
             self.progress.phase = "done"
         if self._failure is not None:
@@ -395,7 +408,7 @@ class _LevelRun:
         except asyncio.CancelledError:
             if index in self._hung:
                 return  # already recorded as hung; the worker ends with it
-            p.cancelled += 1
+            self._count_cancelled()
             raise
         except Exception as exc:  # a broken sender ends the level; it must not vanish in a task
             self._fail(exc)
@@ -406,7 +419,7 @@ class _LevelRun:
         if index in self._hung:
             return  # answered after it was declared hung: the hung record stands
         if self._stopping and record.error == ErrorClass.CANCELLED:
-            p.cancelled += 1
+            self._count_cancelled()
             return
         if record.error is None:
             self._longest_ns = max(self._longest_ns, record.end_ns - record.sent_ns)
@@ -445,6 +458,18 @@ class _LevelRun:
         for task in list(self._tasks):
             if task is not current:
                 task.cancel()
+
+    def _count_cancelled(self) -> None:
+        if self._cancelling:
+            self.progress.cancelled_at_end += 1
+        else:
+            self.progress.cancelled += 1
+
+    async def _watch_cancel(self) -> None:
+        assert self.cancel is not None
+        await self.cancel.wait()
+        self._cancelling = True
+        self._abort()
 
     async def _watch_stop(self) -> None:
         assert self.stop is not None

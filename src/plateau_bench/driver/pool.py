@@ -252,6 +252,7 @@ class PoolOutcome:
     lost: int
     notes: list[str]
     clocks: list[WorkerClock] = field(default_factory=list)
+    cancelled_at_end: int = 0   # in flight when the precision rule ended the level (one process only)
 
 
 class PoolLevel:

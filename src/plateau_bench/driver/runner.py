@@ -145,7 +145,7 @@ class HttpLevelRunner:
             progress.precision = stop_rule.precision
         started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
         t0 = time.monotonic_ns()
-        abort, finish = asyncio.Event(), asyncio.Event()
+        abort, finish, cancel = asyncio.Event(), asyncio.Event(), asyncio.Event()
         collect = _Collector(progress, on_record, abort)
         scraper = TelemetryScraper(self.metrics_url, t0_ns=t0) if self.metrics_url else None
         if scraper is not None:
@@ -159,7 +159,9 @@ class HttpLevelRunner:
         dcgm = DcgmPoller(self.gpu_metrics_urls, t0_ns=t0) if self.gpu_metrics_urls else None
         if dcgm is not None:
             await dcgm.start()
-        watch = _Watch(level, stop_rule, collect.records, scraper, progress, finish, t0)
+        # Load processes (--workers, --ray) drain at every stop: the cancel does not reach them.
+        watch = _Watch(level, stop_rule, collect.records, scraper, progress, finish, t0,
+                       cancel if self.pool is None else None)
         asked_at_ns: list[int] = []
 
         def finish_now() -> None:   # the user's first Ctrl-C (aio.first_interrupt_finishes)
@@ -171,7 +173,7 @@ class HttpLevelRunner:
 
         try:
             with old_objects_frozen(), level_finisher(finish_now):
-                load = await (self._local(level, t0, collect, abort, finish, watch, repeat) if self.pool is None
+                load = await (self._local(level, t0, collect, abort, finish, cancel, watch, repeat) if self.pool is None
                               else self._pooled(self.pool, level, t0, collect, abort, finish, watch))
         finally:
             gpu_samples = await gpu.stop() if gpu is not None else []
@@ -182,12 +184,13 @@ class HttpLevelRunner:
             gpu_samples=gpu_samples, dcgm_samples=dcgm_samples, health_samples=load.health,
             notes=[*(dcgm.notes() if dcgm is not None else []), *load.notes, *_ended_early(asked_at_ns, t0)],
             started_at=started_at,
-            t0_monotonic_ns=t0, cut_off_at_stop=load.cancelled, target_gone=collect.refused >= DEAD_TARGET_FAILURES,
+            t0_monotonic_ns=t0, cut_off_at_stop=load.cancelled, cancelled_at_end=load.cancelled_at_end,
+            target_gone=collect.refused >= DEAD_TARGET_FAILURES,
             engine=self.engine, gpu_note=None if gpu_samples else self.gpu_note, load_processes=load.processes,
             lost_workers=load.lost, worker_clocks=load.clocks)
 
     async def _local(self, level: LevelSpec, t0: int, collect: _Collector, abort: asyncio.Event,
-                     finish: asyncio.Event, watch: _Watch, repeat: int = 1) -> PoolOutcome:
+                     finish: asyncio.Event, cancel: asyncio.Event, watch: _Watch, repeat: int = 1) -> PoolOutcome:
         """The load in this process: one client, one event loop."""
         # An unbounded open loop may need many connections; the pool opens them only as needed.
         width = level.concurrency or level.max_concurrency or 4096
@@ -201,13 +204,14 @@ class HttpLevelRunner:
             monitor = asyncio.create_task(watch.run(lambda: len(sender.in_flight), sender.complete_until_ns))
             try:
                 await run_level(sender, self.prompts, level, t0_ns=t0, on_record=collect, stop=abort,
-                                finish=finish, seed=self.seed + repeat - 1, progress=load_progress,
+                                finish=finish, cancel=cancel, seed=self.seed + repeat - 1, progress=load_progress,
                                 offsets_ns=self._offsets(level),
                                 session_open=sessions.in_session if sessions is not None else None)
             finally:
                 monitor.cancel()
                 health_samples = await health.stop()
-        return PoolOutcome(health=health_samples, cancelled=load_progress.cancelled, processes=1, lost=0, notes=[])
+        return PoolOutcome(health=health_samples, cancelled=load_progress.cancelled, processes=1, lost=0, notes=[],
+                           cancelled_at_end=load_progress.cancelled_at_end)
 
     async def _pooled(self, pool: WorkerPool, level: LevelSpec, t0: int, collect: _Collector, abort: asyncio.Event,
                       finish: asyncio.Event, watch: _Watch) -> PoolOutcome:
@@ -232,7 +236,7 @@ class _Watch:
 
     def __init__(self, level: LevelSpec, stop_rule: StopRule | None, records: list[RequestRecord],
                  scraper: TelemetryScraper | None, progress: LevelProgress | None, finish: asyncio.Event,
-                 t0: int) -> None:
+                 t0: int, cancel: asyncio.Event | None) -> None:
         self.level = level
         self.stop_rule = stop_rule
         self.records = records
@@ -240,6 +244,7 @@ class _Watch:
         self.progress = progress
         self.finish = finish
         self.t0 = t0
+        self.cancel = cancel   # set instead of draining when the rule stops on its precision (steady levels)
 
     async def run(self, in_flight: Callable[[], int], complete_until_ns: Callable[[], int]) -> None:
         level, stop_rule, progress, scraper = self.level, self.stop_rule, self.progress, self.scraper
@@ -260,6 +265,9 @@ class _Watch:
             if progress is not None:
                 progress.ci_rel = ci_rel
             if done:
+                if (self.cancel is not None and level.mode == "steady"
+                        and stop_rule.may_cancel_in_flight(ci_rel, elapsed)):
+                    self.cancel.set()
                 self.finish.set()
                 if progress is not None:
                     progress.draining = True

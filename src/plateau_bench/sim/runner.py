@@ -6,10 +6,11 @@ questions with the same search a real sweep would run.
 Steady levels end the way the HTTP runner ends them: the level is simulated up to the longest
 allowed time, then the precision rule is replayed every ``check_s`` of virtual time on the records
 finished by then; at the first check where it is satisfied nothing more is sent: requests sent after
-that moment are dropped, those in flight drain (as a finished HTTP level lets them), and the end of
-the drain is the level's cost in benchmark seconds. Without a precision rule a steady level lasts its
-own duration or, when it has none, ``steady_s`` or four end-to-end latencies of the previous level
-scaled to this concurrency, whichever is longer.
+that moment are dropped. Those in flight are cancelled when the rule stopped on its confidence
+interval (``may_cancel_in_flight``: the check time is then the level's cost in benchmark seconds),
+else they drain, as an HTTP level lets them, and the end of the drain is its cost. Without a
+precision rule a steady level lasts its own duration or, when it has none, ``steady_s`` or four
+end-to-end latencies of the previous level scaled to this concurrency, whichever is longer.
 """
 
 from __future__ import annotations
@@ -67,16 +68,11 @@ class VirtualLevelRunner:
             self.config, level, workload, chunks=self.chunks, probe=probe,
             lengths=[(r.input_len, r.output_len) for r in trace.rows] if trace else None,
             offsets_ns=trace.offsets_ns(level.time_scale or 1.0) if trace else None, block_keys=self._trace_keys)
-        records = result.records
-        cut_s: float | None = None
-        if level.mode != "burst" and stop_rule is not None:
-            cut_s = stop_rule.first_stop_s(records, workers=level.concurrency or 1, check_s=self.check_s)
-            if cut_s is not None:
-                records = [r for r in records if r.sent_ns <= cut_s * NS]
+        records, cancelled, cut_s = _stopped(result.records, level, stop_rule, self.check_s)
         if on_record:
             for r in records:
                 on_record(r)
-        spent = _spent_s(records)
+        spent = cut_s if cancelled and cut_s is not None else _spent_s(records)
         self.virtual_seconds += spent
         self._remember(level, records)
         samples: list[TelemetrySample] = []
@@ -87,7 +83,8 @@ class VirtualLevelRunner:
                 samples = server_samples(probe.snapshots, self.config.kv_tokens // self.config.block_size
                                          * self.config.block_size, interval_s=self.scrape_s)
         return LevelRun(level=level, label=label, records=records, benchmark_s=spent,
-                        sim_preemptions=result.state.preemptions, sim_virtual_end_s=result.state.now,
+                        cancelled_at_end=cancelled, sim_preemptions=result.state.preemptions,
+                        sim_virtual_end_s=result.state.now,
                         server_samples=samples, engine="vllm" if self.metrics else None)
 
     def _sized(self, level: LevelSpec, stop_rule: StopRule | None) -> LevelSpec:
@@ -108,6 +105,22 @@ class VirtualLevelRunner:
         ok = [(r.end_ns - r.sent_ns) / NS for r in records if r.error is None and not r.warmup]
         if level.concurrency and ok:
             self._last = (level.concurrency, float(np.median(ok)))
+
+
+def _stopped(records: list[RequestRecord], level: LevelSpec, stop_rule: StopRule | None,
+             check_s: float) -> tuple[list[RequestRecord], int, float | None]:
+    """The records the level keeps once its stop rule is replayed, how many it cancelled, and when it stopped."""
+    if level.mode == "burst" or stop_rule is None:
+        return records, 0, None
+    stop = stop_rule.first_stop(records, workers=level.concurrency or 1, check_s=check_s)
+    if stop is None:
+        return records, 0, None
+    cut_s, precise = stop
+    kept = [r for r in records if r.sent_ns <= cut_s * NS]
+    if level.mode != "steady" or not precise:
+        return kept, 0, cut_s
+    finished = [r for r in kept if r.end_ns <= cut_s * NS]
+    return finished, len(kept) - len(finished), cut_s
 
 
 def _spent_s(records: list[RequestRecord]) -> float:

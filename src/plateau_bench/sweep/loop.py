@@ -316,7 +316,7 @@ def stop_rule_for(limits: SweepLimits) -> StopRule:
     """The analysis's precision rule with the sweep's timing."""
     from plateau_bench.analysis.convergence import PrecisionRule
 
-    return PrecisionRule(limits.precision, limits.min_level_s, limits.max_level_s)
+    return PrecisionRule(limits.precision, limits.min_level_s, limits.max_level_s, drain=limits.drain)
 
 
 async def run_plan(runner: LevelRunner, plan: ConcurrencyPlan | RatePlan | SloSearchPlan, *,

@@ -57,6 +57,7 @@ class SweepLimits:
     max_error_rate: float = 0.2
     repeat: int = 1                # --repeat: rounds over the levels (``sweep.loop``)
     burstiness: float = 1.0        # open loop: the rate levels' gamma shape (repeats re-measure them)
+    drain: bool = False            # --drain: a steady level waits for its requests in flight at every stop
 
     def validate(self, steady: bool) -> None:
         if self.budget_s is not None and steady and self.budget_s < self.min_level_s:
@@ -84,7 +85,7 @@ def _common(limits: SweepLimits) -> SweepSettings:
     return SweepSettings(precision=limits.precision, min_level_s=limits.min_level_s,
                          max_level_s=limits.max_level_s, warmup=limits.warmup,
                          slo=[s.describe() for s in limits.slos], budget_s=limits.budget_s,
-                         max_error_rate=limits.max_error_rate)
+                         max_error_rate=limits.max_error_rate, drain=limits.drain)
 
 
 @dataclass(frozen=True)

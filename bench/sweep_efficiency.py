@@ -5,6 +5,9 @@ side by side:
 
 * the adaptive sweep (steady levels stopped by the precision rule, and the same search in burst mode),
 * the seeds' way: a fixed grid in burst mode at 1, 256, 512, 768, 1024, 2048,
+* a floor under any steady sweep of the same levels: each held for one request cycle (its median
+  end-to-end latency), the least a level started cold can cost and still hold a whole cycle (a lock-step
+  level's first answers take that long, and a shorter window holds a decode phase without its prefill),
 * the reference: a dense steady grid (four levels per doubling), every level held for ``TRUTH_S``
   (no precision rule, so the truth does not share the adaptive sweep's stopping), whose plateau and
   knee are taken as the truth.
@@ -57,6 +60,11 @@ def run(case: str, plan: ConcurrencyPlan, steady_s: float = 60.0) -> tuple[float
     return state.spent_s, result, len(state.levels)
 
 
+def one_cycle_each_s(result: ResultFile) -> float:
+    """Seconds the sweep's levels would cost held for one request cycle (median end-to-end latency) each."""
+    return sum((lv.e2e_ms.p50 or 0.0) / 1000 for lv in result.levels)
+
+
 def fmt(result: ResultFile) -> tuple[float, float, str]:
     plateau, knee = result.plateau, result.knee
     bracket = knee.bracket if knee else ("-", "-")
@@ -99,6 +107,9 @@ def main() -> None:
             print(f"{case:<14} {name:<22} {n:>6} {spent:>8.0f} {ratio:>8} {plateau:>9,.0f} "
                   f"{(plateau / t_plateau - 1) if t_plateau else 0:>+7.1%} {knee:>7.0f} {bracket:>12} "
                   f"{(knee / t_knee - 1) if t_knee else 0:>+9.1%}")
+            if name == "adaptive, steady" and grid_s:
+                floor = one_cycle_each_s(summary)
+                print(f"{case:<14} {'  floor: 1 cycle/level':<22} {n:>6} {floor:>8.0f} {floor / grid_s:>7.2f}x")
         print(f"{'':<14} (wall time for this case: {time.perf_counter() - started:.1f} s)")
 
 

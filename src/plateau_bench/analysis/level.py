@@ -73,10 +73,6 @@ def _notes(run: LevelRun, result: LevelResult) -> list[str]:
                      "hung failures")
     if run.cut_off_at_stop:
         notes.append(f"{run.cut_off_at_stop} request(s) in flight were cut off when the level was aborted")
-    if run.cancelled_at_end:
-        notes.append(f"{run.cancelled_at_end} request(s) in flight when the estimate was precise enough were "
-                     "cancelled, not waited for: all were sent after the window ended, so none of their tokens "
-                     "is in it (--drain waits for them)")
     if run.target_gone:
         notes.append("stopped: connections refused again and again, the target is gone")
     if run.lost_workers:

@@ -22,7 +22,10 @@ Cases: the two reference runs' engines with their workloads (``seed-a-tp8ep`` 12
 ``compute-bound`` (no cap), and ``llama-8b-h100`` with 512/256 (a roofline-derived Llama-3.1-8B on one
 H100 whose KV cache fills before its admission cap; see ``sim.presets``).
 
-    .venv/bin/python bench/sweep_efficiency.py [--cases seed-a-tp8ep,seed-b-fp4,...]
+    .venv/bin/python bench/sweep_efficiency.py [--cases seed-a-tp8ep,seed-b-fp4,...] [--no-drain]
+
+``--no-drain``: the adaptive steady sweep as ``plateau sweep --no-drain`` runs it (requests in flight at a
+precise stop cancelled, not drained).
 """
 
 from __future__ import annotations
@@ -71,8 +74,8 @@ def fmt(result: ResultFile) -> tuple[float, float, str]:
     return (plateau.throughput if plateau else 0.0, knee.concurrency if knee else 0.0, f"[{bracket[0]},{bracket[1]}]")
 
 
-def steady(concurrencies: tuple[int, ...] | None = None) -> ConcurrencyPlan:
-    return ConcurrencyPlan(mode="steady", concurrencies=concurrencies, limits=SweepLimits(max_level_s=600))
+def steady(concurrencies: tuple[int, ...] | None = None, drain: bool = True) -> ConcurrencyPlan:
+    return ConcurrencyPlan(mode="steady", concurrencies=concurrencies, limits=SweepLimits(max_level_s=600, drain=drain))
 
 
 def truth_plan() -> ConcurrencyPlan:
@@ -84,6 +87,7 @@ def truth_plan() -> ConcurrencyPlan:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--no-drain", action="store_true", help="the steady sweep cancels at precise stops")
     args = parser.parse_args()
     print(f"{'case':<14} {'method':<22} {'levels':>6} {'bench-s':>8} {'vs grid':>8} {'plateau':>9} {'err':>7} "
           f"{'knee':>7} {'bracket':>12} {'knee err':>9}")
@@ -94,7 +98,7 @@ def main() -> None:
         rows = [
             ("dense steady (truth)", truth_plan(), 60.0),
             ("fixed grid, burst", ConcurrencyPlan(mode="burst", concurrencies=GRID), 60.0),
-            ("adaptive, steady", steady(), 60.0),
+            ("adaptive, steady", steady(drain=not args.no_drain), 60.0),
             ("adaptive, burst", ConcurrencyPlan(mode="burst"), 60.0),
         ]
         grid_s = None

@@ -327,7 +327,7 @@ class SweepSettings(msgspec.Struct, frozen=True, kw_only=True):
     min_level_s: float = 5.0
     max_level_s: float = 60.0
     warmup: int = 0
-    drain: bool = False                       # --drain: in-flight requests waited for at every stop
+    drain: bool = True                        # False (--no-drain): in flight at a precise stop cancelled
     slo: list[str] = msgspec.field(default_factory=list)
     budget_s: float | None = None
     max_error_rate: float = 0.2

@@ -101,20 +101,21 @@ def test_the_monitors_check_gives_what_ci_rel_and_done_give_apart() -> None:
 
 def test_only_a_stop_on_the_interval_may_cancel_the_requests_in_flight() -> None:
     records = lockstep(8, prefill_s=1.0, decode_s=10.0)
-    loose = PrecisionRule(precision=0.9, min_s=1.0, max_s=600.0)
+    loose = PrecisionRule(precision=0.9, min_s=1.0, max_s=600.0, drain=False)
     stop = loose.first_stop(records, workers=WORKERS, check_s=1.0)
     assert stop is not None and stop[1], "a stop on the interval: its window ends before anything in flight"
     assert loose.first_stop_s(records, workers=WORKERS, check_s=1.0) == stop[0]
-    # --drain waits for them at the same stop.
+    # Draining (the default) waits for them at the same stop.
     drained = PrecisionRule(precision=0.9, min_s=1.0, max_s=600.0, drain=True).first_stop(
         records, workers=WORKERS, check_s=1.0)
     assert drained == (stop[0], False)
     # After one turnover on a clear bar the window holds the first decode phase alone: it drains.
-    clear = PrecisionRule(precision=0.02, min_s=1.0, max_s=600.0, clear_above=30.0)
+    clear = PrecisionRule(precision=0.02, min_s=1.0, max_s=600.0, clear_above=30.0, drain=False)
     one = clear.first_stop(records, workers=WORKERS, check_s=1.0)
     assert one is not None and not one[1] and one[0] < stop[0] + 11.0
     # The time limit: whatever the interval, the level drains.
-    capped = PrecisionRule(precision=1e-9, min_s=1.0, max_s=30.0).first_stop(records, workers=WORKERS, check_s=1.0)
+    capped = PrecisionRule(precision=1e-9, min_s=1.0, max_s=30.0, drain=False).first_stop(
+        records, workers=WORKERS, check_s=1.0)
     assert capped is not None and capped[0] >= 30.0 and not capped[1]
     assert not loose.may_cancel_in_flight(None, 10.0) and not loose.may_cancel_in_flight(0.95, 10.0)
     assert loose.may_cancel_in_flight(0.5, 10.0) and not loose.may_cancel_in_flight(0.5, 600.0)

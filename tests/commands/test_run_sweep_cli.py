@@ -322,7 +322,7 @@ def test_a_first_ctrl_c_ends_a_sweep_after_the_level_it_ends_early(tmp_path: Pat
 
 
 @pytest.mark.slow   # two real-time sweeps of the embedded twin, ~5 s each
-def test_drain_makes_every_level_wait_for_its_requests_in_flight(tmp_path: Path) -> None:
+def test_no_drain_cancels_the_requests_in_flight_at_a_precise_stop(tmp_path: Path) -> None:
     from plateau_bench.store import load_result
 
     cancelled: dict[bool, list[int]] = {}
@@ -330,7 +330,7 @@ def test_drain_makes_every_level_wait_for_its_requests_in_flight(tmp_path: Path)
         out = tmp_path / f"drain-{drain}"
         args = ["sweep", "--concurrency", "4,8", "--min-level-time", "1s", "--max-level-time", "10s",
                 "--precision", "0.2", "--input-len", "16", "--output-len", "32", "--out", str(out), "--quiet"]
-        code, output = invoke(*args, *(["--drain"] if drain else []))
+        code, output = invoke(*args, *([] if drain else ["--no-drain"]))
         assert code == 0, output
         saved = load_result(out)
         assert saved.spec is not None and saved.spec.sweep is not None and saved.spec.sweep.drain is drain

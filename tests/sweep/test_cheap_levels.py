@@ -20,7 +20,7 @@ from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
 CAP = 32
 
 
-def sweep(*, metrics: bool, drain: bool = False) -> tuple[SweepState, ResultFile]:
+def sweep(*, metrics: bool, drain: bool = True) -> tuple[SweepState, ResultFile]:
     config = msgspec.structs.replace(get_preset("tiny"), max_num_seqs=CAP)
     runner = VirtualLevelRunner(config, WorkloadSpec(input_len=64, output_len=2048), metrics=metrics)
     limits = SweepLimits(min_level_s=1.0, max_level_s=120.0, drain=drain)
@@ -36,7 +36,7 @@ def _turnovers(level: LevelResult) -> float:
 
 @pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_unambiguous_growth_ends_after_one_turnover_and_the_rest_after_two() -> None:
-    state, result = sweep(metrics=False)
+    state, result = sweep(metrics=False, drain=False)
     # A level stopped after one turnover drains (the requests sent at the stop bring the prefill phase its
     # window needs); one stopped on its interval, after two, cancels what is in flight.
     early = [lv for lv in state.levels if not lv.cancelled_at_end]
@@ -58,8 +58,8 @@ def test_unambiguous_growth_ends_after_one_turnover_and_the_rest_after_two() -> 
 
 @pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_cancelling_what_is_in_flight_at_a_precise_stop_saves_its_drain_and_moves_no_answer() -> None:
-    cancelled, summary = sweep(metrics=False)
-    drained, drained_summary = sweep(metrics=False, drain=True)
+    cancelled, summary = sweep(metrics=False, drain=False)
+    drained, drained_summary = sweep(metrics=False)
     assert [lv.concurrency for lv in cancelled.levels] == [lv.concurrency for lv in drained.levels]
     assert summary.plateau is not None and drained_summary.plateau is not None
     assert summary.plateau.concurrency == drained_summary.plateau.concurrency

@@ -108,9 +108,9 @@ WorkersPerNode = Annotated[int | None, typer.Option(
 Repeat = Annotated[int, typer.Option("--repeat", help="Measure each level N times, in interleaved rounds over "
                                      "the levels; report between-run 95 % intervals.", rich_help_panel=OUTPUT)]
 Drain = Annotated[bool, typer.Option(
-    "--drain", help="Steady levels wait for their requests in flight at every stop (default: cancel them when the "
-    "estimate is precise; none of their tokens is in the window). For servers that keep generating for a "
-    "closed connection.", rich_help_panel="Sweep")]
+    "--drain/--no-drain", help="--no-drain: a steady level whose estimate is precise cancels its requests in "
+    "flight instead of waiting for them (none of their tokens is in its window): cheaper, with latency "
+    "statistics from a window up to a cycle shorter.", rich_help_panel="Sweep")]
 Preset = Annotated[str, typer.Option("--preset", help="Twin preset when no --url is given.", rich_help_panel=TWIN)]
 SimSpeed = Annotated[float, typer.Option("--sim-speed", help="Twin clock speed-up when no --url is given.",
                                          rich_help_panel=TWIN)]

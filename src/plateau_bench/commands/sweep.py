@@ -150,7 +150,7 @@ def sweep_cmd(
                                                 rich_help_panel=SEARCH)] = "60s",
     warmup: Annotated[int, typer.Option("--warmup", help="Warm-up requests per level.",
                                         rich_help_panel=SEARCH)] = 0,
-    drain: o.Drain = False,
+    drain: o.Drain = True,
     slo: Annotated[str | None, typer.Option("--slo", help="Stop when violated, e.g. ttft_p99=2s,"
                                             "tpot_p99=100ms.", rich_help_panel=SEARCH)] = None,
     budget: Annotated[str | None, typer.Option("--budget", help="Stop before spending more, e.g. 10m.",

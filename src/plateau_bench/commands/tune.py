@@ -94,7 +94,7 @@ def tune_cmd(  # long: one option per line
                                                     "setting (default: the adaptive search).")] = None,
     min_level_time: Annotated[str, typer.Option("--min-level-time", help="Shortest steady window.")] = "5s",
     max_level_time: Annotated[str, typer.Option("--max-level-time", help="Longest level of each sweep.")] = "60s",
-    drain: o.Drain = False,
+    drain: o.Drain = True,
     wait_ready: Annotated[str, typer.Option("--wait-ready", help="How long a server may take to start.")] = "10m",
     out: Annotated[Path, typer.Option("--out", help="Directory for the sweeps, server logs and tune.json.")]
     = Path("runs/tune"),

@@ -57,7 +57,7 @@ class SweepLimits:
     max_error_rate: float = 0.2
     repeat: int = 1                # --repeat: rounds over the levels (``sweep.loop``)
     burstiness: float = 1.0        # open loop: the rate levels' gamma shape (repeats re-measure them)
-    drain: bool = False            # --drain: a steady level waits for its requests in flight at every stop
+    drain: bool = True             # --no-drain: a precise steady level cancels its requests in flight
 
     def validate(self, steady: bool) -> None:
         if self.budget_s is not None and steady and self.budget_s < self.min_level_s:

@@ -244,7 +244,7 @@ class _Watch:
         self.progress = progress
         self.finish = finish
         self.t0 = t0
-        self.cancel = cancel   # set instead of draining when the rule stops on its precision (steady levels)
+        self.cancel = cancel   # --no-drain: set instead of draining when the rule stops on its precision
 
     async def run(self, in_flight: Callable[[], int], complete_until_ns: Callable[[], int]) -> None:
         level, stop_rule, progress, scraper = self.level, self.stop_rule, self.progress, self.scraper

@@ -6,9 +6,9 @@ questions with the same search a real sweep would run.
 Steady levels end the way the HTTP runner ends them: the level is simulated up to the longest
 allowed time, then the precision rule is replayed every ``check_s`` of virtual time on the records
 finished by then; at the first check where it is satisfied nothing more is sent: requests sent after
-that moment are dropped. Those in flight are cancelled when the rule stopped on its confidence
-interval (``may_cancel_in_flight``: the check time is then the level's cost in benchmark seconds),
-else they drain, as an HTTP level lets them, and the end of the drain is its cost. Without a
+that moment are dropped. Those in flight drain, as an HTTP level lets them, and the end of the drain
+is the level's cost in benchmark seconds; under ``--no-drain`` (``may_cancel_in_flight``) a level
+stopped on its interval cancels them instead, and the check time is its cost. Without a
 precision rule a steady level lasts its own duration or, when it has none, ``steady_s`` or four
 end-to-end latencies of the previous level scaled to this concurrency, whichever is longer.
 """

@@ -34,6 +34,17 @@ def test_one_turnover_is_not_enough_without_a_bar() -> None:
     assert _done(rule, lockstep(2, prefill_s=1.0, decode_s=10.0))
 
 
+def test_a_lock_step_level_is_precise_once_its_window_holds_three_whole_waves() -> None:
+    # Identical waves: batches closed on whole waves agree exactly, so three of them settle the level.
+    # Cut into ten equal sub-windows, the same windows read the prefill/decode pattern (tens of %).
+    rule = PrecisionRule(precision=0.02, min_s=1.0, max_s=600.0)
+    assert not _done(rule, lockstep(3, prefill_s=3.0, decode_s=7.0))   # a 20 s window: two waves
+    assert _done(rule, lockstep(4, prefill_s=3.0, decode_s=7.0))
+    ten_cycles = lockstep(10, prefill_s=3.0, decode_s=7.0)
+    until = max(r.end_ns for r in ten_cycles)
+    assert rule.ci_rel(ten_cycles, workers=WORKERS, complete_until_ns=until) == 0.0
+
+
 def test_clear_growth_ends_after_one_turnover_charged_with_a_prefill_phase() -> None:
     # One turnover: 400 tokens over the 10 s decode phase = 40 tok/s; a full cycle (1 s prefill) gives
     # 400 / 11 = 36.4 tok/s. Charged one prefill phase (the longest TTFT, 1 s) the worst case is 36.4.

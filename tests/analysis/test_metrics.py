@@ -3,9 +3,21 @@
 from __future__ import annotations
 
 import msgspec
+import numpy as np
 import pytest
 
-from plateau_bench.analysis.metrics import Window, compute_level, full_window, steady_window
+from plateau_bench.analysis.metrics import (
+    Window,
+    batch_throughputs,
+    compute_level,
+    full_window,
+    phase_edges,
+    sorted_first_tokens,
+    sorted_tokens,
+    steady_batches,
+    steady_window,
+)
+from plateau_bench.analysis.stats import batch_means_ci_rel
 from plateau_bench.records import RequestRecord
 from plateau_bench.report.terminal import seed_line
 from plateau_bench.units import NS
@@ -211,3 +223,74 @@ def test_a_spread_level_keeps_nearly_its_whole_window() -> None:
     assert w.start_ns == int(10.5 * NS) and w.end_ns == int(48 * NS)   # the first last end is 50 s
     assert compute_level(records, label="C=4", mode="steady", concurrency=4).output_throughput == \
         pytest.approx(40.0, rel=0.02)
+
+
+def _waves(tokens_per_wave: list[int], *, workers: int = 4, prefill_s: float = 3.0, decode_s: float = 7.0,
+           ) -> list[RequestRecord]:
+    """Workers in lock step: each wave a prefill phase (no tokens), then each request's tokens over ``decode_s``."""
+    cycle = prefill_s + decode_s
+    out = []
+    for k, tokens in enumerate(tokens_per_wave):
+        for w in range(workers):
+            sent = round(k * cycle * NS)
+            out.append(RequestRecord(index=k * workers + w, worker=w, scheduled_ns=sent, sent_ns=sent,
+                                     first_token_ns=sent + round(prefill_s * NS), end_ns=round((k + 1) * cycle * NS),
+                                     prompt_tokens=10, output_tokens=tokens))
+    return out
+
+
+def test_lock_step_batches_close_on_whole_waves_and_differ_only_as_the_waves_do() -> None:
+    tokens = [100, 102, 98, 100, 104, 100]
+    records = _waves(tokens)
+    w = steady_window(records)
+    times, cumulative = sorted_tokens(records)
+    first = sorted_first_tokens(records)
+    # The window opens on the first wave's first tokens (3 s) and closes on the last wave's (53 s).
+    edges = phase_edges(first, w, workers=4)
+    assert edges is not None
+    assert (edges / NS).tolist() == [3.0, 13.0, 23.0, 33.0, 43.0, 53.0]
+    by_hand = [4 * t / 10.0 for t in tokens[:5]]   # each batch one wave: its four requests over 10 s
+    assert steady_batches(times, cumulative, w, first, workers=4) == pytest.approx(by_hand)
+    level = compute_level(records, label="C=4", mode="steady", concurrency=4)
+    assert level.throughput_ci_rel == pytest.approx(batch_means_ci_rel(by_hand))
+    # Ten equal sub-windows of the same 40 s cut the waves in different places: the spread they show
+    # is the phase pattern, several times the waves' own.
+    equal = batch_means_ci_rel(batch_throughputs(times, cumulative, w))
+    assert equal is not None and level.throughput_ci_rel is not None and equal > 3 * level.throughput_ci_rel
+
+
+def test_identical_waves_read_no_spread_where_equal_sub_windows_read_the_phase_pattern() -> None:
+    records = _waves([100] * 6)
+    times, cumulative = sorted_tokens(records)
+    w = steady_window(records)
+    assert batch_means_ci_rel(steady_batches(times, cumulative, w, sorted_first_tokens(records), 4)) == 0.0
+    equal = batch_means_ci_rel(batch_throughputs(times, cumulative, w))
+    assert equal is not None and equal > 0.1
+
+
+def test_under_three_whole_waves_the_equal_sub_windows_serve() -> None:
+    records = _waves([100] * 3)
+    w = steady_window(records)
+    first = sorted_first_tokens(records)
+    assert phase_edges(first, w, workers=4) is None
+    times, cumulative = sorted_tokens(records)
+    assert steady_batches(times, cumulative, w, first, 4) == batch_throughputs(times, cumulative, w)
+
+
+def test_requests_spread_over_their_cycle_leave_no_wave_to_close_on() -> None:
+    rng = np.random.default_rng(7)
+    records, workers = [], 64
+    for worker in range(workers):
+        t = rng.uniform(0, 10.0)   # each worker's first request at a random phase
+        for i in range(12):
+            length = rng.uniform(6.0, 14.0)
+            sent = round(t * NS)
+            records.append(RequestRecord(index=worker * 100 + i, worker=worker, scheduled_ns=sent, sent_ns=sent,
+                                         first_token_ns=sent + round(0.3 * NS), end_ns=round((t + length) * NS),
+                                         prompt_tokens=10, output_tokens=100))
+            t += length
+    w = steady_window(records)
+    first = sorted_first_tokens(records)
+    assert phase_edges(first, w, workers) is None
+    times, cumulative = sorted_tokens(records)
+    assert steady_batches(times, cumulative, w, first, workers) == batch_throughputs(times, cumulative, w)

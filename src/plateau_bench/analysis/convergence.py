@@ -3,8 +3,10 @@
 A closed-loop level's throughput is estimated over its steady window (see ``metrics``). Successive
 output-token counts in short sub-windows are autocorrelated, so a naive standard error is too
 small. The method of **batch means** (Law & Kelton, *Simulation Modeling and Analysis*, ch. 9)
-splits the window into ``batches`` equal sub-windows, treats their throughputs as roughly
-independent, and takes the Student-t 95 % confidence interval of their mean. A level is done
+splits the window into about ``batches`` sub-windows, treats their throughputs as roughly
+independent, and takes the Student-t 95 % confidence interval of their mean. The sub-windows are
+equal where requests are spread over their cycle and close on whole waves where they start in
+waves (lock step: ``metrics.steady_batches``), so a periodic phase pattern is not read as noise. A level is done
 when that interval's half-width is within ``precision`` of the mean after at least ``min_s`` of
 steady window, or when ``max_s`` of wall time has passed regardless.
 
@@ -38,10 +40,11 @@ import numpy.typing as npt
 
 from plateau_bench.analysis.metrics import (
     Window,
-    batch_throughputs,
+    counts_between,
     phase_matched_end,
     sorted_first_tokens,
     sorted_tokens,
+    steady_batches,
 )
 from plateau_bench.analysis.stats import FloatArray, batch_means_ci_rel
 from plateau_bench.records import RequestRecord
@@ -201,11 +204,14 @@ class PrecisionRule:
         if end - start < self.min_s * NS:
             return None
         window = Window(start, end)
-        batches = batch_throughputs(progress.token_times_ns, progress.token_cumulative, window, self.batches)
+        times, cumulative = progress.token_times_ns, progress.token_cumulative
+        batches = steady_batches(times, cumulative, window, progress.first_tokens_ns, workers, self.batches)
         ci = batch_means_ci_rel(batches)
         if ci is None:
             return None
-        return _Estimate(sum(batches) / len(batches), ci, window.length_s, progress.ttft_max_ns / NS)
+        edges = np.array([start, end], dtype=np.float64)
+        tok_s = float(counts_between(times, cumulative, edges)[0]) / window.length_s
+        return _Estimate(tok_s, ci, window.length_s, progress.ttft_max_ns / NS)
 
     def _done(self, progress: Progress, elapsed_s: float, workers: int, complete_until_ns: int) -> bool:
         if elapsed_s >= self.max_s:

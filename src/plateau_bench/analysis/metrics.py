@@ -183,9 +183,54 @@ def batch_throughputs(times: FloatArray, cumulative: FloatArray, w: Window, batc
     """Output tok/s in ``batches`` equal sub-windows of W (for the batch-means CI), from ``sorted_tokens``."""
     if w.end_ns <= w.start_ns or times.size == 0:
         return []
-    width_s = (w.end_ns - w.start_ns) / batches / NS
     edges = np.linspace(w.start_ns, w.end_ns, batches + 1)
-    return [float(h) / width_s for h in counts_between(times, cumulative, edges)]
+    return _rates(counts_between(times, cumulative, edges), edges)
+
+
+def phase_edges(first_tokens: npt.NDArray[np.int64], w: Window, workers: int, batches: int = 10) -> FloatArray | None:
+    """Batch edges where the workers' requests start in waves: each at the last first token of a wave.
+
+    Equal sub-windows suit requests spread over their cycle. Where they run in lock step (prefill
+    waves, then decode phases: a synchronised start, a cap admitting a wave as the last one ends, a
+    KV cache that admits as it frees) an equal sub-window holds a phase mix that depends on where it
+    cuts the waves, so the batches differ by a fixed periodic pattern, not by noise, and their spread
+    shrinks only as the window grows (seed-b-fp4's levels ran ten request cycles and still read 3 to
+    4 %). A wave ends where the first tokens fall silent for an eighth of a request cycle (the
+    window's per-worker time between starts); a batch closes on the first such end at least a
+    ``batches``-th of the window after the last, so it holds whole waves and what differs between
+    batches is what differs between waves. Spread requests seldom leave such a silence, and where
+    they do, an edge there is as good as any. Waves after the last whole batch are left out of the
+    batches, not of the window. None under three batches (then the equal sub-windows serve).
+    """
+    inside = first_tokens[(first_tokens >= w.start_ns) & (first_tokens <= w.end_ns)]
+    if workers < 1 or inside.size < 2:
+        return None
+    cycle_ns = workers * (w.end_ns - w.start_ns) / inside.size
+    wave_ends = inside[:-1][np.diff(inside) >= cycle_ns / 8]
+    edges = [float(w.start_ns)]
+    for end in wave_ends:
+        if end >= edges[-1] + (w.end_ns - w.start_ns) / batches:
+            edges.append(float(end))
+    if inside[-1] == w.end_ns and w.end_ns >= edges[-1] + (w.end_ns - w.start_ns) / batches:
+        edges.append(float(w.end_ns))   # the window itself closes on a wave's last first token
+    return np.array(edges) if len(edges) >= 4 else None
+
+
+def steady_batches(times: FloatArray, cumulative: FloatArray, w: Window, first_tokens: npt.NDArray[np.int64],
+                   workers: int, batches: int = 10) -> list[float]:
+    """The batch throughputs of a steady closed-loop window: on whole waves where its requests start in
+    waves (``phase_edges``), else ``batches`` equal sub-windows."""
+    if w.end_ns <= w.start_ns or times.size == 0:
+        return []
+    edges = phase_edges(first_tokens, w, workers, batches)
+    if edges is None:
+        return batch_throughputs(times, cumulative, w, batches)
+    # Every batch half-open: the first tokens a batch's closing edge falls on open the next wave's.
+    return _rates(np.diff(cumulative[np.searchsorted(times, edges, side="left")]), edges)
+
+
+def _rates(counts: FloatArray, edges: FloatArray) -> list[float]:
+    return [float(h) / width for h, width in zip(counts, np.diff(edges) / NS, strict=True)]
 
 
 def _overlap_s(starts: FloatArray, ends: FloatArray, w: Window) -> float:
@@ -271,7 +316,8 @@ def _latencies(pool: Sequence[RequestRecord]) -> dict[str, Latency]:
             "itl_ms": summarize(itl_values, itl_weights) if itl_values.size else summarize([])}
 
 
-def _throughputs(ok: Sequence[RequestRecord], w: Window, mode: str) -> dict[str, float | int | None]:
+def _throughputs(measured: Sequence[RequestRecord], ok: Sequence[RequestRecord], w: Window,
+                 mode: str) -> dict[str, float | int | None]:
     """Output/total/peak/request throughput of the successful requests over the window."""
     length = w.length_s
     times, cumulative = sorted_tokens(ok)
@@ -287,8 +333,13 @@ def _throughputs(ok: Sequence[RequestRecord], w: Window, mode: str) -> dict[str,
         "total_throughput": (out_tokens + in_tokens) / length if length > 0 else 0.0,
         "peak_output_throughput": float(buckets.max()) if buckets.size else 0.0,
         "request_throughput": done_in_window / length if length > 0 else 0.0,
-        "throughput_ci_rel": batch_means_ci_rel(batch_throughputs(times, cumulative, w)) if mode == "steady" else None,
+        "throughput_ci_rel": _ci_rel(measured, times, cumulative, w) if mode == "steady" else None,
     }
+
+
+def _ci_rel(measured: Sequence[RequestRecord], times: FloatArray, cumulative: FloatArray, w: Window) -> float | None:
+    workers = len({r.worker for r in measured})
+    return batch_means_ci_rel(steady_batches(times, cumulative, w, sorted_first_tokens(measured), workers))
 
 
 def _concurrency(measured: Sequence[RequestRecord], w: Window) -> dict[str, float | int]:
@@ -351,7 +402,7 @@ def compute_level(
         "duration_s": w.length_s,
         "wall_s": (max(r.end_ns for r in measured) - min(r.sent_ns for r in measured)) / NS if measured else 0.0,
         "window_start_s": w.start_ns / NS, "window_end_s": w.end_ns / NS, "window_note": w.note + pool_note,
-        **_throughputs(ok, w, mode), **_concurrency(measured, w),
+        **_throughputs(measured, ok, w, mode), **_concurrency(measured, w),
         **{k: msgspec.to_builtins(v) for k, v in _latencies(latency_pool).items()},
         "send_lag_ms": msgspec.to_builtins(summarize([(r.sent_ns - r.scheduled_ns) / NS_PER_MS for r in measured])),
         "connect_ms": msgspec.to_builtins(summarize(connects)),

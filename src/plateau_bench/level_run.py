@@ -17,7 +17,7 @@ from typing import Protocol
 import msgspec
 
 from plateau_bench.records import RequestRecord
-from plateau_bench.result import WorkerClock
+from plateau_bench.result import PromptUse, WorkerClock
 from plateau_bench.spec import LevelSpec
 from plateau_bench.telemetry.samples import TelemetrySample
 
@@ -57,6 +57,7 @@ class LevelRun(msgspec.Struct, kw_only=True):
     load_processes: int = 1               # load processes that ran the level (``--workers``)
     lost_workers: int = 0                 # load processes that died during the level
     worker_clocks: list[WorkerClock] = msgspec.field(default_factory=list)   # workers on other clocks (Ray)
+    prompts: PromptUse | None = None      # what its prompts were and what of them repeated (``workload.feed``)
 
 
 class StopRequested(Exception):
@@ -105,9 +106,10 @@ class LevelRunner(Protocol):
 
     ``repeat`` (``--repeat``) numbers the measurements of the same level: repeat ``k`` draws its
     randomness (arrival schedule; on the twin the request lengths too) from ``seed + k - 1``, so
-    repeats are distinct draws and the same sweep gives the same repeats again.
+    repeats are distinct draws and the same sweep gives the same repeats again. ``attempt`` numbers a
+    level measured again (resume); with ``repeat`` it keys the level's own prompts (``workload.feed``).
     """
 
     async def run_level(self, level: LevelSpec, *, label: str,
                         on_record: Callable[[RequestRecord], None] | None,
-                        stop_rule: StopRule | None, repeat: int = 1) -> LevelRun: ...
+                        stop_rule: StopRule | None, repeat: int = 1, attempt: int = 1) -> LevelRun: ...

@@ -22,6 +22,7 @@ from typing import Literal
 import msgspec
 
 from plateau_bench.result_parts import Interval as Interval  # re-exported: part of the result tree
+from plateau_bench.result_parts import PromptUse as PromptUse
 from plateau_bench.result_parts import RepeatFigures as RepeatFigures
 from plateau_bench.result_parts import RepeatStats as RepeatStats
 from plateau_bench.result_parts import RooflineLevel as RooflineLevel
@@ -234,6 +235,7 @@ class LevelResult(msgspec.Struct, kw_only=True):
     sim: SimLevelInfo | None = None
     worker_clocks: list[WorkerClock] = msgspec.field(default_factory=list)   # --ray: each worker's clock offset
     turns: list[TurnMetrics] = msgspec.field(default_factory=list)   # per turn index, with --sessions
+    prompts: PromptUse | None = None         # what its prompts were and what of them repeated (over HTTP)
     # --repeat N: every repeat's figures (the first is this level's own) and the intervals over them
     repeats: list[RepeatFigures] = msgspec.field(default_factory=list)
     repeat_stats: RepeatStats | None = None

@@ -1,5 +1,6 @@
-"""Parts of the result tree with a topic of their own: a level's repeats (``--repeat``) and the
-plateau's place against the hardware's ceiling (``--roofline``). ``plateau_bench.result`` uses and
+"""Parts of the result tree with a topic of their own: a level's repeats (``--repeat``), the prompts it
+sent (what repeated, on purpose or not) and the plateau's place against the hardware's ceiling
+(``--roofline``). ``plateau_bench.result`` uses and
 re-exports them; they are split out only to keep each module small.
 """
 
@@ -85,3 +86,43 @@ class RooflinePlacement(msgspec.Struct, frozen=True, kw_only=True):
     curve: list[tuple[float, float]] = msgspec.field(default_factory=list)   # (batch, ceiling tok/s), for plots
     what_if_ceiling_tok_s: float | None = None   # the ceiling at the what-if's batch
     what_if_capped: bool = False                 # the what-if predicted more and was lowered to the ceiling
+
+
+class PromptUse(msgspec.Struct, kw_only=True):
+    """What a level's requests carried as prompts, and how much of it an earlier request of the run had
+    already sent (``workload.feed``): the share of prompt tokens a server's prefix cache may rightly find.
+
+    Synthetic prompts are each new (``repeated == 0``); shared prefixes (``--prefix-groups``) repeat on
+    purpose (``prefix_tokens``); a dataset repeats only with ``--allow-reuse`` (``repeated``); multi-turn
+    sessions and traces repeat by design beyond what is counted here (``by_design``).
+    """
+
+    requests: int = 0              # requests that took a prompt (warm-up included)
+    prompt_tokens: int = 0         # the prompt tokens they carried (as built)
+    repeated: int = 0              # requests whose whole prompt an earlier request of the run had sent
+    repeated_tokens: int = 0       # ... and their prompt tokens
+    prefix_tokens: int = 0         # tokens of shared prefixes (--prefix-groups) the requests carried
+    length_misses: int = 0         # prompts whose token count missed its target (their true count is kept)
+    by_design: str | None = None   # "sessions" | "trace" | "given": the workload repeats on purpose, uncounted
+    dataset_from: int | None = None   # a dataset's position (in its shuffled order) the level began at
+    span: int = 0                  # prompt positions the level took: a dataset's next level starts this far on
+    exhausted: bool = False        # the dataset ran out during the level: nothing more was sent
+
+    @property
+    def reusable_share(self) -> float:
+        """The share of prompt tokens the workload itself repeats (what a prefix cache may find)."""
+        if self.prompt_tokens <= 0:
+            return 0.0
+        return min(1.0, (self.repeated_tokens + self.prefix_tokens) / self.prompt_tokens)
+
+    def add(self, other: PromptUse) -> None:
+        """Fold another load process's part of the same level in."""
+        self.requests += other.requests
+        self.prompt_tokens += other.prompt_tokens
+        self.repeated += other.repeated
+        self.repeated_tokens += other.repeated_tokens
+        self.prefix_tokens += other.prefix_tokens
+        self.length_misses += other.length_misses
+        self.by_design = self.by_design or other.by_design
+        self.span = max(self.span, other.span)
+        self.exhausted = self.exhausted or other.exhausted

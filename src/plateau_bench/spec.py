@@ -110,6 +110,7 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     output_len: int = 128
     range_ratio: float = 0.0      # lengths spread around input_len/output_len (see length_convention)
     dataset: str | None = None    # JSONL of prompts, or ShareGPT JSON
+    allow_reuse: bool = False     # a run that needs more requests than the dataset has repeats it (counted)
     seed: int = 0
     tokenizer: str | None = None  # local HF tokenizer dir or tokenizer.json
     input_dist: LengthSpec | None = None
@@ -137,6 +138,9 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
         if not (0.0 <= self.range_ratio < 1.0 or (sglang and self.range_ratio == 1.0)):
             bound = "[0, 1]" if sglang else "[0, 1)"
             raise ConfigError(f"--range-ratio must be in {bound} (got {self.range_ratio})")
+        if self.allow_reuse and not self.dataset:
+            raise ConfigError("--allow-reuse repeats a --dataset's prompts once they run out: give it with "
+                              "--dataset (synthetic prompts are new for every request)")
         self._validate_prefixes()
         self._validate_sessions()
         self._validate_trace()

@@ -31,7 +31,7 @@ class Recording(VirtualLevelRunner):
         self.calls: list[tuple[str, int]] = []
 
     async def run_level(self, level: LevelSpec, *, label: str, on_record: Callable[[RequestRecord], None] | None,
-                        stop_rule: StopRule | None, repeat: int = 1) -> LevelRun:
+                        stop_rule: StopRule | None, repeat: int = 1, attempt: int = 1) -> LevelRun:
         self.calls.append((label, repeat))
         return await super().run_level(level, label=label, on_record=on_record, stop_rule=stop_rule, repeat=repeat)
 

@@ -58,13 +58,15 @@ async def test_sharegpt_output_len_from_the_answer_with_a_tokenizer(tmp_path: Pa
     assert estimated.output_tokens == 99
 
 
-async def test_dataset_is_shuffled_by_seed(tmp_path: Path) -> None:
+async def test_dataset_is_shuffled_by_seed_and_taken_whole(tmp_path: Path) -> None:
     path = _write(tmp_path / "p.jsonl", "".join(json.dumps({"prompt": f"prompt {i}"}) + "\n" for i in range(50)))
     a = await synthesize(WorkloadSpec(dataset=str(path), seed=1), 20, counter=EstimateCounter())
     b = await synthesize(WorkloadSpec(dataset=str(path), seed=1), 20, counter=EstimateCounter())
     c = await synthesize(WorkloadSpec(dataset=str(path), seed=2), 20, counter=EstimateCounter())
     assert a.prompts == b.prompts != c.prompts
-    assert len({p.text for p in a.prompts}) == 20
+    # every entry once, in the seed's order: a run takes them in turn and knows when they run out
+    assert sorted(p.text for p in a.prompts) == sorted(f"prompt {i}" for i in range(50))
+    assert [p.text for p in a.prompts] != [f"prompt {i}" for i in range(50)]
 
 
 @pytest.mark.parametrize(("name", "content", "message"), [

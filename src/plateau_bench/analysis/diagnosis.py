@@ -7,9 +7,11 @@ because an earlier one makes the later figures meaningless:
 1. **The load generator and its connections** (``diagnosis_client``): a stalled event loop, slow
    connects, or a client that could not keep the requested concurrency in flight, on sustained
    evidence and only when it held throughput below what a healthy client reached.
-2. **Errors / rate limiting**: failures grow with load; the verdict names the statuses it saw.
-3. **Not saturated yet**: throughput still grows.
-4. **Admission limits**, weighed together:
+2. **A prefix cache the workload did not ask for** (``diagnosis_cache``): the server found far more of
+   the prompt tokens cached than the workload repeats, so the levels measure cache hits.
+3. **Errors / rate limiting**: failures grow with load; the verdict names the statuses it saw.
+4. **Not saturated yet**: throughput still grows.
+5. **Admission limits**, weighed together:
 
    * the *cap* signature (``diagnosis_cap``): decoding concurrency pinned at N while C grows;
    * the *KV-cache* evidence (``diagnosis_kv``): the server's KV usage and preemptions, or the
@@ -21,7 +23,7 @@ because an earlier one makes the later figures meaningless:
    what-if respects both: doubling the cap only grows the batch as far as the cache allows. Client
    alone, a pinned peak with KV signs cannot be told apart from a KV ceiling: the verdict says
    so, lowers its confidence and names the measurement that would separate them (``to_separate``).
-5. **Step time** (``diagnosis_compute``): prefill-bound when prompt tokens take most of the engine's
+6. **Step time** (``diagnosis_compute``): prefill-bound when prompt tokens take most of the engine's
    time (measured from TTFT at the lowest level), else compute / bandwidth saturation.
 
 GPU figures (DCGM), when recorded, are read by ``analysis.gpu`` into ``gpu_evidence`` for the constraint named.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from plateau_bench.analysis.diagnosis_cache import cache_fault
 from plateau_bench.analysis.diagnosis_cap import CapSign, cap_signature, cap_what_if
 from plateau_bench.analysis.diagnosis_client import STALL_MS, errors, load_generator
 from plateau_bench.analysis.diagnosis_common import (
@@ -233,7 +236,7 @@ def _verdict(levels: Sequence[LevelResult], engine: str | None, plateau_gain: fl
              knee: Knee | None, open_loop: RateSummary | None) -> Verdict:
     measured = [lv for lv in levels if lv.num_requests > 0]
     lvls = by_concurrency(levels)
-    for check in (load_generator, errors):
+    for check in (load_generator, cache_fault, errors):
         v = check(measured if open_loop is not None else lvls or measured)
         if v:
             return v

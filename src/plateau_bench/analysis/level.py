@@ -75,6 +75,9 @@ def _notes(run: LevelRun, result: LevelResult) -> list[str]:
         notes.append(f"{run.cut_off_at_stop} request(s) in flight were cut off when the level was aborted")
     if run.target_gone:
         notes.append("stopped: connections refused again and again, the target is gone")
+    if run.prompts is not None and run.prompts.exhausted:
+        notes.append(f"the dataset ran out of prompts after {run.prompts.requests} request(s) of this level: nothing "
+                     "more was sent (--allow-reuse repeats its prompts, each repeat counted)")
     if run.lost_workers:
         notes.append("a load process died during this level: its figures are incomplete (--resume measures it "
                      "again)")
@@ -104,6 +107,7 @@ def build_level(run: LevelRun) -> LevelResult:
         sim=sim,
         worker_clocks=list(run.worker_clocks),
         turns=turn_metrics(run.records),
+        prompts=run.prompts,
     )
     result.notes = _notes(run, result)
     if run.target_gone or run.lost_workers:

@@ -86,7 +86,11 @@ TimeScale = Annotated[float, typer.Option("--time-scale", help="--trace: replay 
                                           "(offsets divided by it).", rich_help_panel=WORKLOAD)]
 Dataset = Annotated[Path | None, typer.Option("--dataset", help="JSONL of prompts or ShareGPT JSON.",
                                               rich_help_panel=WORKLOAD)]
-Seed = Annotated[int, typer.Option("--seed", help="Same seed, same prompts.", rich_help_panel=WORKLOAD)]
+AllowReuse = Annotated[bool, typer.Option("--allow-reuse", help="--dataset: repeat its prompts once every one was "
+                                          "sent (each repeat counted) instead of stopping.",
+                                          rich_help_panel=WORKLOAD)]
+Seed = Annotated[int, typer.Option("--seed", help="Same seed, same prompts (every request its own).",
+                                   rich_help_panel=WORKLOAD)]
 Tokenizer = Annotated[str | None, typer.Option("--tokenizer", help="Local Hugging Face tokenizer dir or "
                                                "tokenizer.json (exact prompt lengths).", rich_help_panel=WORKLOAD)]
 Out = Annotated[Path | None, typer.Option("--out", help="Result directory (result.json, requests.jsonl, "
@@ -178,7 +182,8 @@ def workload_spec(input_len: str | int, output_len: str | int, range_ratio: floa
                   tokenizer: str | None, length_convention: str = "plateau", prefix_groups: int = 0,
                   prefix_len: int = 0, sessions: int = 0, turns: str = "4", think_time: str = "0",
                   session_header: str = DEFAULT_SESSION_HEADER, *, closed_loop: bool = True,
-                  trace: Path | None = None, trace_requests: int | None = None) -> WorkloadSpec:
+                  trace: Path | None = None, trace_requests: int | None = None,
+                  allow_reuse: bool = False) -> WorkloadSpec:
     """The validated workload; ``closed_loop``: false for a sweep of bursts (sessions refuse those)."""
     if dataset is not None and not os.access(dataset, os.R_OK):
         raise ConfigError(f"cannot read dataset {dataset}")
@@ -189,7 +194,8 @@ def workload_spec(input_len: str | int, output_len: str | int, range_ratio: floa
     in_len, in_dist = length_option(input_len, "--input-len")
     out_len, out_dist = length_option(output_len, "--output-len")
     spec = WorkloadSpec(input_len=in_len, output_len=out_len, range_ratio=range_ratio,
-                        dataset=str(dataset) if dataset else None, seed=seed, tokenizer=tokenizer,
+                        dataset=str(dataset) if dataset else None, allow_reuse=allow_reuse, seed=seed,
+                        tokenizer=tokenizer,
                         input_dist=in_dist, output_dist=out_dist,
                         length_convention=length_convention,  # type: ignore[arg-type]
                         prefix_groups=prefix_groups, prefix_len=prefix_len, sessions=sessions,

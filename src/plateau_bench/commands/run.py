@@ -81,6 +81,7 @@ def run_cmd(
     trace: o.Trace = None,
     time_scale: o.TimeScale = 1.0,
     dataset: o.Dataset = None,
+    allow_reuse: o.AllowReuse = False,
     seed: o.Seed = 0,
     tokenizer: o.Tokenizer = None,
     out: o.Out = None,
@@ -101,7 +102,7 @@ def run_cmd(
     load_workers, ray_address, per_node = o.load_placement(workers, ray, workers_per_node)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer, length_convention,
                                prefix_groups, prefix_len, sessions, turns, think_time, session_header, trace=trace,
-                               trace_requests=num_requests)
+                               trace_requests=num_requests, allow_reuse=allow_reuse)
     if workload.trace is not None:
         if mode not in (None, "rate") or concurrency is not None or rate is not None or duration or warmup:
             raise ConfigError("--trace sets its own schedule: give --time-scale (and --num-requests or "
@@ -119,7 +120,7 @@ def run_cmd(
             n = level.total_requests() or max(level.concurrency or 0, level.max_concurrency or 0, 256)
             prepared = await prepare(target, workload, n + warmup,
                                      wait_ready_s=parse_duration(wait_ready, "--wait-ready") if wait_ready else None,
-                                     twin=twin)
+                                     twin=twin, exact=level.total_requests() is not None)
             m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
             with first_interrupt_finishes(lambda line: print(line, file=sys.stderr)) as interrupts, \
                     LiveView(enabled=not quiet and not as_json) as view:

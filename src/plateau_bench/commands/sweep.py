@@ -184,6 +184,7 @@ def sweep_cmd(
                                             "(comma list; 2 = twice as fast), or auto: 1, 2, 4, ... until it stops "
                                             "keeping up.", rich_help_panel=o.WORKLOAD)] = "auto",
     dataset: o.Dataset = None,
+    allow_reuse: o.AllowReuse = False,
     seed: o.Seed = 0,
     tokenizer: o.Tokenizer = None,
     out: o.Out = None,
@@ -219,7 +220,7 @@ def sweep_cmd(
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer, length_convention,
                                prefix_groups, prefix_len, sessions, turns, think_time, session_header, trace=trace,
-                               closed_loop=_closed_steady(mode, plan, find))
+                               closed_loop=_closed_steady(mode, plan, find), allow_reuse=allow_reuse)
     ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect,
                                input_len=workload.input_len, output_len=workload.output_len)
     load_workers, ray_address, per_node = o.load_placement(workers, ray, workers_per_node)
@@ -230,7 +231,7 @@ def sweep_cmd(
     async def main() -> int:
         async with target_url(url, preset, sim_speed) as (base_url, twin):
             target = o.target_spec(base_url, model, endpoint, api_key, header, timeout, secret_header)
-            prepared = await prepare(target, workload, 2 * _widest(plan),
+            prepared = await prepare(target, workload,
                                      wait_ready_s=parse_duration(wait_ready, "--wait-ready") if wait_ready else None,
                                      twin=twin)
             m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)

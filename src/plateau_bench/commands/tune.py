@@ -62,7 +62,7 @@ def _measurer(serve: str, url: str | None, model: str | None, workload: Workload
             print(f"plateau tune: starting the server with {setting} (log {log})", file=sys.stderr)
         async with ServerProcess(render(serve, setting, port), base, log, ready_timeout_s=ready_s) as server:
             target = o.target_spec(base, model, "completions", None, None, "600s")
-            prepared = await prepare(target, workload, 2 * own.search.max_concurrency, wait_ready_s=None)
+            prepared = await prepare(target, workload, wait_ready_s=None)
             m_url, required = metrics_url_for(prepared.target, None, False)
             done = await measure(prepared, workload, own, out_dir=run_dir, metrics_url=m_url,
                                  metrics_required=required, observer=_Levels(quiet), progress=lambda: None,

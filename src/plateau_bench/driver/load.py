@@ -19,8 +19,9 @@ of the measured phase (a burst is "all at once"), later ones when their worker b
 lag exposes a load generator too slow to release requests on time.
 
 Warm-up: ``warmup`` requests go first, at concurrency ``min(C, warmup)``, flagged ``warmup=True``;
-the analysis excludes them. Prompts are taken cyclically by request index, and indices continue
-from the warm-up into the measured phase, so warm-up prompts are not re-sent (and cached) at once.
+the analysis excludes them. Prompts come from a feed by request index (``workload.feed``: a new one
+for every request of synthetic workloads), and indices continue from the warm-up into the measured
+phase. A feed that runs out (a dataset without ``--allow-reuse``) ends the sending as a duration would.
 
 Times: ``t0_ns`` is the level start on ``clock_ns``; every time handed to the sender and stored
 on records is relative to it (the sender must be built with the same ``t0_ns``).
@@ -68,6 +69,7 @@ from plateau_bench.records import RequestRecord
 from plateau_bench.spec import LevelSpec
 from plateau_bench.units import NS
 from plateau_bench.workload.arrivals import iter_arrival_offsets_ns
+from plateau_bench.workload.feed import PromptFeed, as_feed
 from plateau_bench.workload.prompts import Prompt
 
 GRACE_MIN_S = 5.0       # the shortest drain: a hung request is declared no sooner
@@ -133,7 +135,7 @@ class _Pending:
 
 async def run_level(
     sender: Sender,
-    prompts: Sequence[Prompt],
+    prompts: Sequence[Prompt] | PromptFeed,
     level: LevelSpec,
     *,
     t0_ns: int,
@@ -153,7 +155,7 @@ async def run_level(
 
     Args:
         sender: sends one request (see ``Sender``).
-        prompts: used cyclically by request index.
+        prompts: the level's feed (``workload.feed``), or a list to cycle (its repeats counted).
         level: mode, concurrency or rate, stop conditions, warm-up.
         t0_ns: the level start on ``clock_ns``; record times are relative to it.
         on_record: called with each finished record, as soon as it finishes.
@@ -170,11 +172,11 @@ async def run_level(
         session_open: multi-turn sessions (``driver.sessions``): whether the conversation a worker holds
             goes on; in a rate level each arrival is then a conversation, sent turn after turn.
     """
-    if not prompts:
+    if not isinstance(prompts, PromptFeed) and not prompts:
         raise ValueError("run_level needs at least one prompt")
     level.validate()
-    run = _LevelRun(sender, prompts, level, t0_ns, clock_ns, on_record, stop, finish, progress or LoadProgress(),
-                    seed)
+    run = _LevelRun(sender, as_feed(prompts), level, t0_ns, clock_ns, on_record, stop, finish,
+                    progress or LoadProgress(), seed)
     run.share = share or LoadShare()
     run.grace_min_ns = int(grace_min_s * NS)
     run.offsets_ns = offsets_ns
@@ -184,7 +186,7 @@ async def run_level(
 
 
 class _LevelRun:
-    def __init__(self, sender: Sender, prompts: Sequence[Prompt], level: LevelSpec, t0_ns: int,
+    def __init__(self, sender: Sender, prompts: PromptFeed, level: LevelSpec, t0_ns: int,
                  clock_ns: Callable[[], int], on_record: OnRecord | None, stop: asyncio.Event | None,
                  finish: asyncio.Event | None, progress: LoadProgress, seed: int) -> None:
         self.sender = sender
@@ -214,6 +216,7 @@ class _LevelRun:
         self.session_open: Callable[[int], bool] | None = None
         self.cancel: asyncio.Event | None = None
         self._cancelling = False
+        self._ran_out = False   # the feed had no prompt left: nothing more is sent
 
     def now(self) -> int:
         return self.clock_ns() - self.t0_ns
@@ -263,7 +266,7 @@ class _LevelRun:
                 self._drain()
 
     def _finishing(self) -> bool:
-        return self.finish is not None and self.finish.is_set()
+        return self._ran_out or (self.finish is not None and self.finish.is_set())
 
     def _sending_over(self) -> bool:
         if self._finishing():
@@ -394,7 +397,16 @@ class _LevelRun:
         return index
 
     async def _send(self, index: int, worker: int, scheduled_ns: int, warmup: bool) -> None:
-        prompt = self.prompts[index % len(self.prompts)]
+        try:
+            prompt = await self.prompts.take(index)
+        except Exception as exc:  # a prompt that cannot be built ends the level, saying why
+            self._fail(exc)
+            return
+        if prompt is None:
+            self._ran_out = True
+            return
+        if self._stopping:
+            return   # aborted while its prompt was being built: never sent
         p = self.progress
         p.sent += 1
         p.in_flight += 1

@@ -58,8 +58,11 @@ from plateau_bench.errors import ErrorClass
 from plateau_bench.level_run import HealthSample
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import WorkerClock
+from plateau_bench.result_parts import PromptUse
 from plateau_bench.spec import LevelSpec, TargetSpec
+from plateau_bench.workload.feed import CHUNK, LevelKey
 from plateau_bench.workload.prompts import Prompt
+from plateau_bench.workload.source import PromptSource
 
 STOP_GRACE_S = 3.0      # how long an interrupted level waits for the processes' last records
 START_TIMEOUT_S = 60.0  # a process that has not said it is ready by then is not coming
@@ -253,6 +256,7 @@ class PoolOutcome:
     notes: list[str]
     clocks: list[WorkerClock] = field(default_factory=list)
     cancelled_at_end: int = 0   # in flight when the precision rule ended the level (one process only)
+    prompts: PromptUse | None = None   # the processes' prompt counts, folded together
 
 
 class PoolLevel:
@@ -302,6 +306,7 @@ class PoolLevel:
     def _outcome(self) -> PoolOutcome:
         health: list[HealthSample] = []
         notes, cancelled, lost = [], 0, 0
+        prompts: PromptUse | None = None
         clocks = [WorkerClock(worker=w.number, node=w.node, offset_ns=w.offset_ns, rtt_ns=w.rtt_ns)
                   for w, _ in self.parts if w.rtt_ns is not None]
         for process, part in self.parts:
@@ -314,10 +319,17 @@ class PoolLevel:
             if part.outcome is not None:
                 health.extend(part.outcome.health)
                 cancelled += part.outcome.cancelled
+                if part.outcome.prompts is not None:
+                    prompts = part.outcome.prompts if prompts is None else _folded(prompts, part.outcome.prompts)
                 if part.outcome.error is not None:
                     raise RuntimeError(f"load worker {process.number} failed: {part.outcome.error}")
         return PoolOutcome(health=health, cancelled=cancelled, processes=len(self.parts), lost=lost, notes=notes,
-                           clocks=clocks)
+                           clocks=clocks, prompts=prompts)
+
+
+def _folded(total: PromptUse, part: PromptUse) -> PromptUse:
+    total.add(part)
+    return total
 
 
 class WorkerPool:
@@ -326,12 +338,13 @@ class WorkerPool:
     ``size`` processes on this machine, or, with ``launcher``, whatever it provides (``driver.ray_pool``).
     """
 
-    def __init__(self, size: int = 1, *, auto: bool, target: TargetSpec, prompts: Sequence[Prompt],
+    def __init__(self, size: int = 1, *, auto: bool, target: TargetSpec, prompts: Sequence[Prompt] | PromptSource,
                  tokenizer: str | None = None, seed: int = 0, launcher: Launcher | None = None) -> None:
         self.size = size
         self.auto = auto
         self.launcher: Launcher = launcher or LocalLauncher(size)
-        self.setup = (target, list(prompts), tokenizer)
+        source = prompts if isinstance(prompts, PromptSource) else PromptSource.given(list(prompts))
+        self.setup = (target, source.recipe, tokenizer)
         self.seed = seed
         self.processes: list[LoadWorker] = []
 
@@ -369,8 +382,10 @@ class WorkerPool:
                 async with asyncio.timeout(START_TIMEOUT_S):
                     await self.processes[i].ready
 
-    async def begin(self, level: LevelSpec, *, t0_ns: int, on_record: OnRecord) -> PoolLevel:
-        """Send each worker its part of ``level``; then ``await PoolLevel.wait(...)``."""
+    async def begin(self, level: LevelSpec, *, t0_ns: int, on_record: OnRecord, prompts: LevelKey | None = None,
+                    ahead: int = CHUNK) -> PoolLevel:
+        """Send each worker its part of ``level`` (taking the ``prompts`` of that key); then
+        ``await PoolLevel.wait(...)``."""
         await self._replace_dead()
         parts = split_level(level, self.processes_for(level), self.seed)
         used = self.processes[: len(parts)]
@@ -380,7 +395,8 @@ class WorkerPool:
             state = _Part(on_record, process=worker.number)
             worker.part, worker.t0_ns = state, t0_ns
             # The level's origin on the worker's own clock: its times are differences of its own readings.
-            worker.send(RunLevel(part=part, t0_ns=t0_ns + worker.offset_ns, seed=self.seed))
+            worker.send(RunLevel(part=part, t0_ns=t0_ns + worker.offset_ns, seed=self.seed, prompts=prompts,
+                                 ahead=ahead))
             running.append((worker, state))
         return PoolLevel(running, t0_ns)
 

@@ -35,7 +35,9 @@ from plateau_bench.spec import LevelSpec, TargetSpec
 from plateau_bench.telemetry.dcgm import DcgmPoller
 from plateau_bench.telemetry.gpu import GpuPoller, open_nvml
 from plateau_bench.telemetry.scraper import TelemetryScraper
+from plateau_bench.workload.feed import LevelKey, PromptFeed, prompts_ahead, prompts_first
 from plateau_bench.workload.prompts import Prompt
+from plateau_bench.workload.source import PromptSource
 
 _MONITOR_S = 0.5
 DEAD_TARGET_FAILURES = 32   # consecutive connection failures that end a level: the target is gone
@@ -102,7 +104,7 @@ class HttpLevelRunner:
     def __init__(
         self,
         target: TargetSpec,
-        prompts: list[Prompt],
+        prompts: Sequence[Prompt] | PromptSource,
         *,
         metrics_url: str | None,
         metrics_required: bool = False,
@@ -113,11 +115,16 @@ class HttpLevelRunner:
         pool: WorkerPool | None = None,
         sessions: SessionPool | None = None,
         schedule_ns: Sequence[int] | None = None,
+        single: bool = False,
+        dataset_from: int = 0,
     ) -> None:
         self.target = target
         self.sessions = sessions
         self.schedule_ns = schedule_ns   # a trace's send offsets at time scale 1 (prompt i at offset i)
-        self.prompts = prompts
+        # a list given as is is cycled, its repeats counted (``workload.feed``)
+        self.source = prompts if isinstance(prompts, PromptSource) else PromptSource.given(list(prompts))
+        self.single = single              # the run's one level: its first measurement takes the prepared prompts
+        self.dataset_from = dataset_from  # where the next level starts in a dataset (a resumed run: past the saved)
         self.metrics_url = metrics_url
         self.metrics_required = metrics_required
         self.count_tokens = count_tokens
@@ -137,9 +144,24 @@ class HttpLevelRunner:
         on_record: Callable[[RequestRecord], None] | None,
         stop_rule: StopRule | None,
         repeat: int = 1,
+        attempt: int = 1,
     ) -> LevelRun:
         if stop_asked():
             raise StopRequested(label)
+        key = LevelKey(label=label, attempt=attempt, repeat=repeat, base=self.single and attempt == 1 and repeat == 1,
+                       dataset_from=self.dataset_from)
+        feed = self.source.feed(key, ahead=prompts_ahead(level))
+        if self.pool is None:
+            await feed.prime(prompts_first(level))   # before the level's clock starts
+        try:
+            run = await self._run(level, label, on_record, stop_rule, repeat, key, feed)
+        finally:
+            feed.close()
+        self.dataset_from += run.prompts.span if run.prompts is not None else 0
+        return run
+
+    async def _run(self, level: LevelSpec, label: str, on_record: Callable[[RequestRecord], None] | None,
+                   stop_rule: StopRule | None, repeat: int, key: LevelKey, feed: PromptFeed) -> LevelRun:
         progress = self.progress()
         if progress is not None and stop_rule is not None:
             progress.precision = stop_rule.precision
@@ -173,8 +195,9 @@ class HttpLevelRunner:
 
         try:
             with old_objects_frozen(), level_finisher(finish_now):
-                load = await (self._local(level, t0, collect, abort, finish, cancel, watch, repeat) if self.pool is None
-                              else self._pooled(self.pool, level, t0, collect, abort, finish, watch))
+                load = await (self._local(level, t0, collect, abort, finish, cancel, watch, feed, repeat)
+                              if self.pool is None else self._pooled(self.pool, level, t0, collect, abort, finish,
+                                                                     watch, key))
         finally:
             gpu_samples = await gpu.stop() if gpu is not None else []
             dcgm_samples = await dcgm.stop() if dcgm is not None else []
@@ -187,10 +210,12 @@ class HttpLevelRunner:
             t0_monotonic_ns=t0, cut_off_at_stop=load.cancelled, cancelled_at_end=load.cancelled_at_end,
             target_gone=collect.refused >= DEAD_TARGET_FAILURES,
             engine=self.engine, gpu_note=None if gpu_samples else self.gpu_note, load_processes=load.processes,
-            lost_workers=load.lost, worker_clocks=load.clocks)
+            lost_workers=load.lost, worker_clocks=load.clocks,
+            prompts=load.prompts if load.prompts is not None else feed.use())
 
     async def _local(self, level: LevelSpec, t0: int, collect: _Collector, abort: asyncio.Event,
-                     finish: asyncio.Event, cancel: asyncio.Event, watch: _Watch, repeat: int = 1) -> PoolOutcome:
+                     finish: asyncio.Event, cancel: asyncio.Event, watch: _Watch, feed: PromptFeed,
+                     repeat: int = 1) -> PoolOutcome:
         """The load in this process: one client, one event loop."""
         # An unbounded open loop may need many connections; the pool opens them only as needed.
         width = level.concurrency or level.max_concurrency or 4096
@@ -203,7 +228,7 @@ class HttpLevelRunner:
             health.start()
             monitor = asyncio.create_task(watch.run(lambda: len(sender.in_flight), sender.complete_until_ns))
             try:
-                await run_level(sender, self.prompts, level, t0_ns=t0, on_record=collect, stop=abort,
+                await run_level(sender, feed, level, t0_ns=t0, on_record=collect, stop=abort,
                                 finish=finish, cancel=cancel, seed=self.seed + repeat - 1, progress=load_progress,
                                 offsets_ns=self._offsets(level),
                                 session_open=sessions.in_session if sessions is not None else None)
@@ -214,9 +239,9 @@ class HttpLevelRunner:
                            cancelled_at_end=load_progress.cancelled_at_end)
 
     async def _pooled(self, pool: WorkerPool, level: LevelSpec, t0: int, collect: _Collector, abort: asyncio.Event,
-                      finish: asyncio.Event, watch: _Watch) -> PoolOutcome:
+                      finish: asyncio.Event, watch: _Watch, key: LevelKey) -> PoolOutcome:
         """The load shared by the pool's processes; every record comes back through ``collect``."""
-        running = await pool.begin(level, t0_ns=t0, on_record=collect)
+        running = await pool.begin(level, t0_ns=t0, on_record=collect, prompts=key, ahead=prompts_ahead(level))
         monitor = asyncio.create_task(watch.run(running.in_flight, running.complete_until_ns))
         try:
             return await running.wait(abort=abort, finish=finish)

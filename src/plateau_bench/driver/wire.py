@@ -21,8 +21,10 @@ import msgspec
 from plateau_bench.driver.split import WorkerLevel
 from plateau_bench.level_run import HealthSample
 from plateau_bench.records import RequestRecord
+from plateau_bench.result_parts import PromptUse
 from plateau_bench.spec import TargetSpec
-from plateau_bench.workload.prompts import Prompt
+from plateau_bench.workload.feed import CHUNK, LevelKey
+from plateau_bench.workload.source import PromptRecipe
 
 _LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 30
@@ -31,7 +33,7 @@ MAX_FRAME = 1 << 30
 class Setup(msgspec.Struct, tag="setup", kw_only=True):
     worker: int                      # this process's number in the pool
     target: TargetSpec
-    prompts: list[Prompt]
+    prompts: PromptRecipe            # the process builds the run's prompts from it (``workload.source``)
     tokenizer: str | None = None     # a local tokenizer for output tokens when the server reports none
 
 
@@ -39,6 +41,8 @@ class RunLevel(msgspec.Struct, tag="level", kw_only=True):
     part: WorkerLevel
     t0_ns: int                       # the level's origin on the machine's monotonic clock
     seed: int = 0
+    prompts: LevelKey | None = None  # which prompts the level takes (None: the level's label alone)
+    ahead: int = CHUNK               # prompts kept built ahead of the one sent
 
 
 class Finish(msgspec.Struct, tag="finish"):
@@ -77,6 +81,7 @@ class Batch(msgspec.Struct, tag="batch", kw_only=True):
 class LevelDone(msgspec.Struct, tag="done", kw_only=True):
     health: list[HealthSample] = msgspec.field(default_factory=list)
     cancelled: int = 0               # cut off by an abort
+    prompts: PromptUse | None = None  # what this process's part took as prompts
     error: str | None = None         # the process's part of the level broke (not a failed request)
 
 

@@ -44,6 +44,8 @@ from plateau_bench.driver.wire import (
 )
 from plateau_bench.errors import ErrorClass
 from plateau_bench.records import RequestRecord
+from plateau_bench.workload.feed import LevelKey, prompts_first
+from plateau_bench.workload.source import PromptSource
 
 _OPEN_LOOP_WIDTH = 4096   # connections an unbounded open-loop share may open (the pool opens them as needed)
 
@@ -101,9 +103,12 @@ class _NoticingSender:
 
 
 async def run_part(setup: Setup, order: RunLevel, outbox: Outbox, finish: asyncio.Event,
-                   abort: asyncio.Event) -> LevelDone:
-    """This process's part of one level, streamed into ``outbox``; its health and outcome returned."""
+                   abort: asyncio.Event, source: PromptSource | None = None) -> LevelDone:
+    """This process's part of one level, streamed into ``outbox``; its health and outcome returned.
+    ``source``: the run's prompts, built once from the setup's recipe (else built here)."""
     level = order.part.level
+    source = source or PromptSource(setup.prompts)
+    feed = source.feed(order.prompts or LevelKey(label=""), ahead=order.ahead)
     width = level.concurrency or level.max_concurrency or _OPEN_LOOP_WIDTH
     count_tokens = None
     if setup.tokenizer:
@@ -119,15 +124,18 @@ async def run_part(setup: Setup, order: RunLevel, outbox: Outbox, finish: asynci
             health = HealthSampler(t0_ns=order.t0_ns, in_flight=lambda: sender.in_flight, worker=setup.worker)
             health.start()
             try:
-                await run_level(sender, setup.prompts, level, t0_ns=order.t0_ns, on_record=outbox.record,
+                share = order.part.share   # its requests are every stride-th of the level's indices
+                await feed.prime(share.index_base + prompts_first(level) * share.index_stride)
+                await run_level(sender, feed, level, t0_ns=order.t0_ns, on_record=outbox.record,
                                 stop=abort, finish=finish, seed=order.seed, progress=progress,
                                 share=order.part.share)
             except Exception as exc:  # the part broke (not a failed request): the coordinator says so
                 error = f"{type(exc).__name__}: {exc}"
             finally:
+                feed.close()
                 samples = await health.stop()
     outbox.flush()
-    return LevelDone(health=samples, cancelled=progress.cancelled, error=error)
+    return LevelDone(health=samples, cancelled=progress.cancelled, error=error, prompts=feed.use())
 
 
 def outcome_of(task: asyncio.Task[LevelDone]) -> LevelDone:
@@ -150,6 +158,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
     setup = to_worker.decode(first)
     if not isinstance(setup, Setup):
         raise SystemExit(f"plateau worker: expected setup, got {type(setup).__name__}")
+    source = PromptSource(setup.prompts)
     writer.write(frame(Ready(pid=os.getpid(), loop=loop_name())))
     outbox = Outbox(writer.write)
     level: asyncio.Task[LevelDone] | None = None
@@ -159,7 +168,7 @@ async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         message = to_worker.decode(payload) if payload is not None else Shutdown()
         if isinstance(message, RunLevel):
             finish, abort = asyncio.Event(), asyncio.Event()
-            level = asyncio.create_task(run_part(setup, message, outbox, finish, abort))
+            level = asyncio.create_task(run_part(setup, message, outbox, finish, abort, source))
             level.add_done_callback(lambda task: writer.write(frame(outcome_of(task))))
         elif isinstance(message, Finish):
             finish.set()

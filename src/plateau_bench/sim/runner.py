@@ -58,7 +58,7 @@ class VirtualLevelRunner:
         self._trace_keys = trace_block_keys(self.trace, config.block_size) if self.trace else None
 
     async def run_level(self, level: LevelSpec, *, label: str, on_record: Callable[[RequestRecord], None] | None,
-                        stop_rule: StopRule | None, repeat: int = 1) -> LevelRun:
+                        stop_rule: StopRule | None, repeat: int = 1, attempt: int = 1) -> LevelRun:
         level = self._sized(level, stop_rule)
         probe = Probe(min(self.probe_s, self.scrape_s)) if self.metrics or self.keep_probes else None
         trace = self.trace

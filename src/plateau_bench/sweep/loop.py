@@ -132,7 +132,7 @@ async def run_sweep(
         except StopRequested:
             state.stop_reason, state.halted = _stopped_by_user(state), True
             break
-        reason = _error_stop(level, limits)
+        reason = _error_stop(level, limits) or _prompts_stop(level)
         if reason:
             state.stop_reason, state.halted = reason, True
             break
@@ -143,6 +143,16 @@ async def run_sweep(
     if limits.repeat > 1 and not state.halted:
         await _repeat_rounds(ctx, dict(repeats_used or {}))
     return state
+
+
+def _prompts_stop(level: LevelResult) -> str | None:
+    """A dataset that ran out ends the sweep: a level with more load would send the same prompts again."""
+    used = level.prompts
+    if used is None or not used.exhausted:
+        return None
+    end = (used.dataset_from or 0) + used.span
+    return (f"the dataset ran out of prompts at {level.label} (all {end:,} sent once): give --allow-reuse to "
+            "repeat them, each repeat counted, or a larger dataset")
 
 
 def _stopped_by_user(state: SweepState) -> str:
@@ -244,7 +254,7 @@ async def _run_one(ctx: _Context, spec: LevelSpec, label: str, attempt: int, rep
             on_record(label, attempt, repeat, r)
 
     started = time.monotonic()
-    run = await ctx.runner.run_level(spec, label=label, on_record=record_cb, repeat=repeat,
+    run = await ctx.runner.run_level(spec, label=label, on_record=record_cb, repeat=repeat, attempt=attempt,
                                      stop_rule=None if spec.mode == "burst" else rule)
     level = build_level(run)
     if ctx.limits.slos:

@@ -54,20 +54,23 @@ from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchP
 from plateau_bench.sweep.trace_plan import TracePlan
 from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.telemetry.scraper import default_metrics_url
-from plateau_bench.workload.prompts import Prompt, synthesize
+from plateau_bench.workload.feed import CHUNK
+from plateau_bench.workload.prompts import synthesize
 from plateau_bench.workload.sessions import build_sessions
+from plateau_bench.workload.source import PromptSource, synthetic_recipe
 from plateau_bench.workload.tokens import LocalTokenizer, choose_counter
 from plateau_bench.workload.trace import load_trace
 from plateau_bench.workload.trace_prompts import trace_prompts
 
-MAX_PROMPTS = 4096
+MAX_PROMPTS = 4096   # prepared before the first level; later ones are built as the levels need them
+PROBE_PROMPTS = CHUNK   # a sweep's levels each take prompts of their own: prepare a sample for the accuracy report
 
 
 @dataclass
 class Prepared:
     target: TargetSpec
     info: TargetInfo
-    prompts: list[Prompt]
+    source: PromptSource   # every level's prompts (``workload.source``)
     token_source: str
     accuracy: dict[str, Scalar] = field(default_factory=dict)
     twin: TwinInfo | None = None
@@ -95,8 +98,11 @@ async def target_url(url: str | None, preset: str, speed: float) -> AsyncIterato
         await asyncio.to_thread(handle.stop)
 
 
-async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int, *, wait_ready_s: float | None,
-                  twin: TwinInfo | None = None) -> Prepared:
+async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int = PROBE_PROMPTS, *,
+                  wait_ready_s: float | None, twin: TwinInfo | None = None, exact: bool = False) -> Prepared:
+    """The target found and the run's prompts made ready: the first ``n_prompts`` built (the one level of
+    ``plateau run`` takes them first; a sweep's levels take their own). ``exact``: the run sends exactly
+    that many, so a dataset with fewer is refused unless ``--allow-reuse``."""
     if wait_ready_s:
         await wait_ready(target, wait_ready_s)
     info = await discover(target)
@@ -111,18 +117,29 @@ async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int, *,
         trace = load_trace(workload.trace, limit=workload.trace_requests)
         built = await trace_prompts(trace, counter=counter, seed=workload.seed)
         accuracy = msgspec.convert(built.accuracy, dict[str, Scalar])
-        return Prepared(target, info, built.prompts, built.token_source, accuracy, twin, count_tokens,
-                        schedule_ns=trace.offsets_ns())
+        return Prepared(target, info, PromptSource.given(built.prompts, by_design="trace"), built.token_source,
+                        accuracy, twin, count_tokens, schedule_ns=trace.offsets_ns())
     if workload.sessions:
         sessions = await build_sessions(workload, counter=counter)
         pool = SessionPool(sessions, chat=target.endpoint == "chat", think_time_s=workload.think_time_s,
                            header=workload.session_header)
         first = [c.first_prompt() for c in sessions.conversations]
         accuracy = msgspec.convert(sessions.accuracy, dict[str, Scalar])
-        return Prepared(target, info, first, sessions.token_source, accuracy, twin, count_tokens, pool)
+        return Prepared(target, info, PromptSource.given(first, by_design="sessions"), sessions.token_source,
+                        accuracy, twin, count_tokens, pool)
     built = await synthesize(workload, min(max(n_prompts, 1), MAX_PROMPTS), counter=counter)
     accuracy = msgspec.convert(built.accuracy, dict[str, Scalar])
-    return Prepared(target, info, built.prompts, built.token_source, accuracy, twin, count_tokens)
+    if workload.dataset is None:
+        tokenizer = counter if isinstance(counter, LocalTokenizer) else None
+        source = PromptSource(synthetic_recipe(workload, built), tokenizer)
+        return Prepared(target, info, source, built.token_source, accuracy, twin, count_tokens)
+    if exact and n_prompts > len(built.prompts) and not workload.allow_reuse:
+        raise ConfigError(f"--dataset {workload.dataset} has {len(built.prompts):,} prompts and the run sends "
+                          f"{n_prompts:,}: give --allow-reuse to repeat them (every repeat is counted), fewer "
+                          "requests, or a larger dataset")
+    source = PromptSource.given(built.prompts, reuse=workload.allow_reuse, dataset=True)
+    return Prepared(target, info, source, built.token_source, {**accuracy, "dataset_prompts": len(built.prompts)},
+                    twin, count_tokens)
 
 
 def run_spec(prepared: Prepared, workload: WorkloadSpec, plan: Plan | None = None,
@@ -241,12 +258,19 @@ async def measure(prepared: Prepared, workload: WorkloadSpec,
         raise ConfigError("--workers and --ray drive single-turn load; multi-turn sessions and trace replay run "
                           "in one process for now: drop --workers/--ray")
     async with _load_pool(prepared, workload, workers, ray, workers_per_node) as pool:
-        runner = HttpLevelRunner(prepared.target, prepared.prompts, metrics_url=metrics_url,
+        runner = HttpLevelRunner(prepared.target, prepared.source, metrics_url=metrics_url,
                                  metrics_required=metrics_required, count_tokens=prepared.count_tokens,
                                  progress=progress, seed=workload.seed, gpu_metrics_urls=gpu_metrics_urls,
-                                 pool=pool, sessions=prepared.sessions, schedule_ns=prepared.schedule_ns)
+                                 pool=pool, sessions=prepared.sessions, schedule_ns=prepared.schedule_ns,
+                                 single=single, dataset_from=dataset_resumes_at(previous))
         return await _run_and_save(prepared, spec, runner, the_plan, limits or SweepLimits(repeat=repeat), rule,
                                    observer, out_dir, existing, previous, single, roofline)
+
+
+def dataset_resumes_at(previous: Sequence[LevelResult]) -> int:
+    """Where a resumed run goes on in its dataset: past every prompt the saved levels took."""
+    return max((lv.prompts.dataset_from + lv.prompts.span for lv in previous
+                if lv.prompts is not None and lv.prompts.dataset_from is not None), default=0)
 
 
 @contextlib.asynccontextmanager
@@ -262,7 +286,7 @@ async def _load_pool(prepared: Prepared, workload: WorkloadSpec, workers: int | 
         launcher = RayLauncher(ray, workers_per_node)
     size = usable_cores() if workers == "auto" else int(workers or 1)
     tokenizer = workload.tokenizer if prepared.count_tokens is not None else None
-    async with WorkerPool(size, auto=workers == "auto", target=prepared.target, prompts=prepared.prompts,
+    async with WorkerPool(size, auto=workers == "auto", target=prepared.target, prompts=prepared.source,
                           tokenizer=tokenizer, seed=workload.seed, launcher=launcher) as pool:
         yield pool
 

@@ -113,6 +113,13 @@ class LengthSampler:
         self._legacy = np.random.RandomState(workload.seed) if workload.length_convention == "sglang" else None
         self._files: dict[str, np.ndarray] = {}
 
+    def reseed(self, rng: np.random.Generator) -> None:
+        """Draw the next batches from ``rng`` (a chunk of prompts built later, ``workload.feed``); SGLang's
+        legacy stream is seeded from it too, so no two chunks repeat each other's lengths."""
+        self.rng = rng
+        if self._legacy is not None:
+            self._legacy = np.random.RandomState(int(rng.integers(0, 2**32)))
+
     def draw(self, n: int) -> tuple[list[int], list[int]]:
         """``n`` input lengths and ``n`` output lengths (inputs drawn first)."""
         w = self.workload

@@ -23,7 +23,7 @@ import numpy as np
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.workload.dataset import load_dataset
 from plateau_bench.workload.lengths import LengthSampler
-from plateau_bench.workload.prefixes import shared_prefixes
+from plateau_bench.workload.prefixes import SharedPrefixes, shared_prefixes
 from plateau_bench.workload.tokenized import exact_texts
 from plateau_bench.workload.tokens import LocalTokenizer, RemoteCounter, TokenCounter
 from plateau_bench.workload.wordtext import estimate_texts, remote_texts
@@ -46,23 +46,27 @@ class Workload:
     prompts: list[Prompt]
     token_source: str
     accuracy: dict[str, Any] = field(default_factory=dict)
+    prefixes: SharedPrefixes | None = None   # --prefix-groups: the shared prefixes, for prompts built later
 
 
 async def synthesize(workload: WorkloadSpec, n: int, *, counter: TokenCounter) -> Workload:
-    """Build ``n`` prompts (fewer if a dataset has fewer; the load loop reuses them cyclically)."""
+    """Build the first ``n`` prompts; with a dataset, every entry of it in its shuffled order (``n``
+    ignored: a run takes them in order, ``workload.feed``). Later synthetic prompts are built as the
+    run needs them (``workload.feed``)."""
     workload.validate()
     rng = np.random.default_rng(workload.seed)
     if workload.dataset:
-        return await _from_dataset(workload, n, counter, rng)
+        return await _from_dataset(workload, counter, rng)
     inputs, outputs = LengthSampler(workload, rng).draw(n)
     texts, counts, accuracy = await make_texts(counter, inputs, rng)
     groups: list[int] = [-1] * len(texts)
+    shared = None
     if workload.prefix_groups:
         shared = await shared_prefixes(counter, workload.prefix_groups, workload.prefix_len, rng, make_texts)
         texts, counts, groups = shared.attach(texts, counts, rng)
         accuracy = {**accuracy, **shared.accuracy}
     prompts = [Prompt(t, c, o, g) for t, c, o, g in zip(texts, counts, outputs, groups, strict=True)]
-    return Workload(prompts, counter.source, accuracy)
+    return Workload(prompts, counter.source, accuracy, shared)
 
 
 async def make_texts(counter: TokenCounter, targets: list[int],
@@ -90,11 +94,11 @@ async def make_texts(counter: TokenCounter, targets: list[int],
 
 
 async def _from_dataset(
-    workload: WorkloadSpec, n: int, counter: TokenCounter, rng: np.random.Generator
+    workload: WorkloadSpec, counter: TokenCounter, rng: np.random.Generator
 ) -> Workload:
     assert workload.dataset is not None
     entries = load_dataset(workload.dataset)
-    order = rng.permutation(len(entries))[: max(n, 0)]
+    order = rng.permutation(len(entries))
     chosen = [entries[int(i)] for i in order]
     counts = await counter.count_many([e.prompt for e in chosen])
     if isinstance(counter, RemoteCounter):

@@ -146,11 +146,13 @@ class _Draft:
         return self.prefix + list(pool[self.offset:self.offset + self.body])
 
 
-def exact_texts(tok: LocalTokenizer, targets: Sequence[int], rng: np.random.Generator) -> ExactResult:
-    """Texts whose re-encoded length equals each target (see the module docstring)."""
+def exact_texts(tok: LocalTokenizer, targets: Sequence[int], rng: np.random.Generator,
+                cands: Candidates | None = None) -> ExactResult:
+    """Texts whose re-encoded length equals each target (see the module docstring); ``cands``: the
+    candidates chosen once for a run, for prompts built chunk after chunk (``workload.feed``)."""
     if not targets:
         return ExactResult([], [], 0, 0, 0, 0, 0)
-    cands = candidate_ids(tok, rng)
+    cands = cands if cands is not None else candidate_ids(tok, rng)
     longest = max(targets)
     pool, identity = build_pool(tok, cands, rng, longest + 2 * POOL_MARGIN)
     span = len(pool) - longest - POOL_MARGIN  # offsets leave room to extend a slice

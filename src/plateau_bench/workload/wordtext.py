@@ -56,6 +56,12 @@ def estimate_texts(targets: Sequence[int], rng: np.random.Generator) -> list[str
     return [join_words(word_ids(rng, t)) for t in targets]
 
 
+def calibrated_texts(targets: Sequence[int], per_word: float, rng: np.random.Generator) -> list[str]:
+    """Texts of ``round(target / per_word)`` words: prompts built after the verified sample, with its
+    calibration and without more ``/tokenize`` calls (their error is the sample's first-count error)."""
+    return [join_words(word_ids(rng, max(1, round(t / per_word)))) for t in targets]
+
+
 async def _calibrate(counter: RemoteCounter, rng: np.random.Generator, mean_target: int) -> tuple[int, float]:
     sizes = [max(4, mean_target // 2)] * CALIBRATION_SAMPLES + [max(8, mean_target)] * CALIBRATION_SAMPLES
     texts = [join_words(word_ids(rng, s)) for s in sizes]

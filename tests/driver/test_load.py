@@ -16,6 +16,7 @@ from plateau_bench.records import RequestRecord
 from plateau_bench.result import ClientHealth
 from plateau_bench.spec import LevelSpec
 from plateau_bench.workload.arrivals import arrival_offsets_ns
+from plateau_bench.workload.feed import ListFeed
 from plateau_bench.workload.prompts import Prompt
 
 PROMPTS = [Prompt(f"prompt {i}", 10 + i, 5) for i in range(7)]
@@ -306,3 +307,15 @@ async def test_cancel_ends_the_level_at_once_and_counts_what_was_in_flight() -> 
     assert progress.cancelled_at_end >= 1 and progress.cancelled == 0 and progress.hung == 0
     assert progress.sent == len(records) + progress.cancelled_at_end
     assert all(r.error is None for r in records) and sender.in_flight == 0
+
+
+async def test_a_feed_that_runs_out_ends_the_sending_and_the_level_drains() -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0, service_s=0.02)
+    feed = ListFeed(PROMPTS, reuse=False, dataset=True)   # a dataset of 7 prompts, --allow-reuse not given
+    started = time.monotonic()
+    records = await run_level(sender, feed, _level(mode="steady", concurrency=3, duration_s=30.0), t0_ns=t0)
+    assert time.monotonic() - started < 5.0                # not the level's 30 s
+    assert sorted(str(c["prompt"]) for c in sender.calls) == sorted(p.text for p in PROMPTS)
+    assert len(records) == 7 and all(r.error is None for r in records)
+    assert feed.use().exhausted and feed.use().requests == 7

@@ -337,3 +337,30 @@ def test_no_drain_cancels_the_requests_in_flight_at_a_precise_stop(tmp_path: Pat
         cancelled[drain] = [lv.cancelled_at_end for lv in saved.levels]
     assert cancelled[True] == [0, 0]
     assert all(n > 0 for n in cancelled[False])
+
+
+def _dataset(path: Path, n: int) -> Path:
+    path.write_text("".join(json.dumps({"prompt": f"question {i} " + "word " * 20}) + "\n" for i in range(n)))
+    return path
+
+
+def test_allow_reuse_is_for_datasets_and_a_short_dataset_is_refused_before_any_request(tmp_path: Path) -> None:
+    code, output = invoke("run", "--concurrency", "4", "--allow-reuse")
+    assert code == 2 and "--allow-reuse repeats a --dataset's prompts" in output
+    data = _dataset(tmp_path / "five.jsonl", 5)
+    code, output = invoke("run", "--mode", "burst", "--concurrency", "8", "--dataset", str(data), "--quiet")
+    assert code == 2, output
+    assert "has 5 prompts and the run sends 8: give --allow-reuse" in output
+    assert "Traceback" not in output
+
+
+def test_a_short_dataset_repeats_only_with_allow_reuse_and_every_repeat_is_counted(tmp_path: Path) -> None:
+    data = _dataset(tmp_path / "five.jsonl", 5)
+    out = tmp_path / "reused"
+    code, output = invoke("run", "--mode", "burst", "--concurrency", "8", "--dataset", str(data), "--allow-reuse",
+                          "--out", str(out), "--quiet")
+    assert code == 0, output
+    (level,) = msgspec.json.decode((out / "result.json").read_bytes(), type=ResultFile).levels
+    assert level.prompts is not None
+    assert (level.prompts.requests, level.prompts.repeated, level.prompts.dataset_from) == (8, 3, 0)
+    assert level.prompts.repeated_tokens > 0

@@ -20,8 +20,10 @@ from plateau_bench.driver.pool import WorkerPool
 from plateau_bench.driver.runner import HttpLevelRunner
 from plateau_bench.errors import ErrorClass
 from plateau_bench.records import RequestRecord
-from plateau_bench.spec import LevelSpec, TargetSpec
+from plateau_bench.spec import LevelSpec, TargetSpec, WorkloadSpec
+from plateau_bench.workload import EstimateCounter, synthesize
 from plateau_bench.workload.prompts import Prompt
+from plateau_bench.workload.source import PromptSource, synthetic_recipe
 
 if TYPE_CHECKING:
     from conftest import ScriptedServer
@@ -127,3 +129,24 @@ async def test_cancelling_a_level_keeps_every_finished_record(server: ScriptedSe
     assert len({r.index for r in seen}) == finished >= 40
     # what the server completed before the abort came back: only the requests cut off are missing
     assert len(server.served) - finished <= 8 + 8
+
+
+async def test_load_processes_send_the_prompts_one_process_would_each_once(server: ScriptedServer) -> None:
+    server.plan.ttft_s, server.plan.itl_s = 0.002, 0.001
+    workload = WorkloadSpec(input_len=40, output_len=8, seed=9)
+    source = PromptSource(synthetic_recipe(workload, await synthesize(workload, 16, counter=EstimateCounter())))
+    level = LevelSpec(mode="burst", concurrency=30, num_requests=600)   # past the prepared ones, many chunks
+    target = _target(server)
+    async with WorkerPool(3, auto=False, target=target, prompts=source) as pool:
+        pooled = await HttpLevelRunner(target, source, metrics_url=None, pool=pool).run_level(
+            level, label="C=30", on_record=None, stop_rule=None)
+    sent_pooled = [str(s.body["prompt"]) for s in server.served]
+    server.served.clear()
+    single = await HttpLevelRunner(target, source, metrics_url=None).run_level(
+        level, label="C=30", on_record=None, stop_rule=None)
+    sent_single = [str(s.body["prompt"]) for s in server.served]
+    assert len(set(sent_pooled)) == len(sent_pooled) == 600          # every request its own prompt
+    assert sorted(sent_pooled) == sorted(sent_single)                # the same ones, whoever built them
+    for run in (pooled, single):
+        assert run.prompts is not None
+        assert (run.prompts.requests, run.prompts.repeated, run.prompts.span) == (600, 0, 600)

@@ -247,3 +247,16 @@ def test_a_steady_sweep_measures_the_workload_not_the_prefix_cache(tmp_path: Pat
         assert on["prompts"]["repeated"] == 0 and on["prompts"]["requests"] > 2 * 16, on["prompts"]
         assert on["output_throughput"] == pytest.approx(off["output_throughput"], rel=0.2), figures
     assert cached["verdict"]["constraint"] != "measurement"  # type: ignore[index]
+
+
+def test_a_dataset_is_taken_in_turn_across_levels_and_ends_the_sweep_when_it_runs_out(tmp_path: Path) -> None:
+    data = tmp_path / "sixty.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"question {i} " + "word " * 30}) + "\n" for i in range(60)))
+    summary = sweep(tmp_path, get_preset("tiny"), "--mode", "steady", "-c", "2,4,8,16,32", "--dataset", str(data))
+    levels = summary["levels"]
+    uses = [lv["prompts"] for lv in levels]  # type: ignore[union-attr]
+    assert [u["dataset_from"] for u in uses] == [sum(u["span"] for u in uses[:i]) for i in range(len(uses))]
+    assert sum(u["requests"] for u in uses) == 60 and all(u["repeated"] == 0 for u in uses)
+    assert uses[-1]["exhausted"] and not any(u["exhausted"] for u in uses[:-1])
+    assert "the dataset ran out of prompts at" in str(summary["stop_reason"])
+    assert any("the dataset ran out of prompts after" in note for note in levels[-1]["notes"])  # type: ignore[index]

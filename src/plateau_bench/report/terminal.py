@@ -231,11 +231,16 @@ def sweep_report(result: ResultFile, out_dir: str | None) -> RenderableType:
     return Group(*parts)
 
 
+NOTABLE_HIT_RATE = 0.05   # new prompts should find next to nothing cached: more is shown
+
+
 def cache_line(result: ResultFile) -> str | None:
     """The server's prefix-cache hit rate by level, for workloads built to share prefixes (shared
-    system prompts, multi-turn sessions, traces); None when the server stated none."""
+    system prompts, multi-turn sessions, traces) or when the server found any prompt tokens cached
+    (new prompts should find none); None when the server stated none."""
     w = result.spec.workload
-    if not (w.prefix_groups or w.sessions or w.trace):
+    rates = [lv.telemetry.prefix_cache_hit_rate or 0.0 for lv in result.levels]
+    if not (w.prefix_groups or w.sessions or w.trace or max(rates, default=0.0) >= NOTABLE_HIT_RATE):
         return None
     shown = [f"{lv.label} {lv.telemetry.prefix_cache_hit_rate:.0%}" for lv in result.levels
              if lv.telemetry.prefix_cache_hit_rate is not None]

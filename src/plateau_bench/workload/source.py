@@ -29,6 +29,9 @@ from plateau_bench.workload.tokenized import Candidates, candidate_ids, exact_te
 from plateau_bench.workload.tokens import TOKEN_SOURCE_SERVER_TOKENIZER, EstimateCounter, LocalTokenizer
 from plateau_bench.workload.wordtext import calibrated_texts, estimate_texts
 
+# Tokens re-encoded to check each chunk built by the exact fast path (at least 16 prompts): the run's
+# prepared prompts checked the method on 131k; a miss still sends the chunk through the full correction.
+CHUNK_VERIFY_TOKENS = 16_384
 _BASE, _LEVEL, _CANDIDATES = 1, 2, 3   # the seed streams: the prepared level's, a level's own, the vocabulary sample
 
 
@@ -118,7 +121,7 @@ class PromptSource:
                 assert self.recipe.workload is not None
                 self._candidates = candidate_ids(self.tokenizer,
                                                  np.random.default_rng([self.recipe.workload.seed, _CANDIDATES]))
-            exact = exact_texts(self.tokenizer, targets, rng, self._candidates)
+            exact = exact_texts(self.tokenizer, targets, rng, self._candidates, CHUNK_VERIFY_TOKENS)
             return exact.texts, exact.counts, exact.misses
         if self.recipe.tokens_per_word is not None:
             return calibrated_texts(targets, self.recipe.tokens_per_word, rng), list(targets), 0

@@ -147,9 +147,10 @@ class _Draft:
 
 
 def exact_texts(tok: LocalTokenizer, targets: Sequence[int], rng: np.random.Generator,
-                cands: Candidates | None = None) -> ExactResult:
+                cands: Candidates | None = None, verify_tokens: int = VERIFY_SAMPLE_TOKENS) -> ExactResult:
     """Texts whose re-encoded length equals each target (see the module docstring); ``cands``: the
-    candidates chosen once for a run, for prompts built chunk after chunk (``workload.feed``)."""
+    candidates chosen once for a run, for prompts built chunk after chunk (``workload.feed``), which
+    also re-encode a smaller sample (``verify_tokens``): the run's first prompts checked the method."""
     if not targets:
         return ExactResult([], [], 0, 0, 0, 0, 0)
     cands = cands if cands is not None else candidate_ids(tok, rng)
@@ -164,14 +165,15 @@ def exact_texts(tok: LocalTokenizer, targets: Sequence[int], rng: np.random.Gene
         drafts.append(_Draft(target, prefix, int(rng.integers(0, span)), max(target - k, 0)))
 
     if cands.word_start and identity:
-        fast = _fast_path(tok, cands, pool, drafts, rng)
+        fast = _fast_path(tok, cands, pool, drafts, rng, verify_tokens)
         if fast is not None:
             return fast
     return _correct(tok, cands, pool, span, drafts)
 
 
 def _fast_path(
-    tok: LocalTokenizer, cands: Candidates, pool: list[int], drafts: list[_Draft], rng: np.random.Generator
+    tok: LocalTokenizer, cands: Candidates, pool: list[int], drafts: list[_Draft], rng: np.random.Generator,
+    verify_tokens: int = VERIFY_SAMPLE_TOKENS,
 ) -> ExactResult | None:
     """Every token is a word-start candidate and the pool re-encodes to itself: counts are exact
     by construction. Texts are sliced from the decoded pool, and a sample is re-encoded to make
@@ -188,7 +190,7 @@ def _fast_path(
         texts = tok.decode_many([d.ids(pool) for d in drafts])
     n = len(drafts)
     per_prompt = max(1, sum(d.target for d in drafts) // n)
-    n_sample = min(n, max(MIN_VERIFIED, VERIFY_SAMPLE_TOKENS // per_prompt))
+    n_sample = min(n, max(MIN_VERIFIED, verify_tokens // per_prompt))
     sample = range(n) if n_sample == n else sorted(rng.choice(n, n_sample, replace=False).tolist())
     lengths = tok.encode_lengths([texts[i] for i in sample])
     if any(length != drafts[i].target for i, length in zip(sample, lengths, strict=True)):

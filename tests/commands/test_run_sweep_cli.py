@@ -352,6 +352,9 @@ def test_allow_reuse_is_for_datasets_and_a_short_dataset_is_refused_before_any_r
     assert code == 2, output
     assert "has 5 prompts and the run sends 8: give --allow-reuse" in output
     assert "Traceback" not in output
+    code, output = invoke("run", "--mode", "burst", "--concurrency", "4", "--repeat", "2", "--dataset", str(data),
+                          "--quiet")
+    assert code == 2 and "has 5 prompts and the run sends 8" in output, output
 
 
 def test_a_short_dataset_repeats_only_with_allow_reuse_and_every_repeat_is_counted(tmp_path: Path) -> None:

@@ -120,7 +120,7 @@ def run_cmd(
             n = level.total_requests() or max(level.concurrency or 0, level.max_concurrency or 0, 256)
             prepared = await prepare(target, workload, n + warmup,
                                      wait_ready_s=parse_duration(wait_ready, "--wait-ready") if wait_ready else None,
-                                     twin=twin, exact=level.total_requests() is not None)
+                                     twin=twin, sends=(n + warmup) * repeat if level.total_requests() else None)
             m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
             with first_interrupt_finishes(lambda line: print(line, file=sys.stderr)) as interrupts, \
                     LiveView(enabled=not quiet and not as_json) as view:

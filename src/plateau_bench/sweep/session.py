@@ -99,10 +99,10 @@ async def target_url(url: str | None, preset: str, speed: float) -> AsyncIterato
 
 
 async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int = PROBE_PROMPTS, *,
-                  wait_ready_s: float | None, twin: TwinInfo | None = None, exact: bool = False) -> Prepared:
+                  wait_ready_s: float | None, twin: TwinInfo | None = None, sends: int | None = None) -> Prepared:
     """The target found and the run's prompts made ready: the first ``n_prompts`` built (the one level of
-    ``plateau run`` takes them first; a sweep's levels take their own). ``exact``: the run sends exactly
-    that many, so a dataset with fewer is refused unless ``--allow-reuse``."""
+    ``plateau run`` takes them first; a sweep's levels take their own). ``sends``: the requests the run
+    sends in all, when known, so a dataset with fewer is refused unless ``--allow-reuse``."""
     if wait_ready_s:
         await wait_ready(target, wait_ready_s)
     info = await discover(target)
@@ -133,9 +133,9 @@ async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int = P
         tokenizer = counter if isinstance(counter, LocalTokenizer) else None
         source = PromptSource(synthetic_recipe(workload, built), tokenizer)
         return Prepared(target, info, source, built.token_source, accuracy, twin, count_tokens)
-    if exact and n_prompts > len(built.prompts) and not workload.allow_reuse:
+    if sends is not None and sends > len(built.prompts) and not workload.allow_reuse:
         raise ConfigError(f"--dataset {workload.dataset} has {len(built.prompts):,} prompts and the run sends "
-                          f"{n_prompts:,}: give --allow-reuse to repeat them (every repeat is counted), fewer "
+                          f"{sends:,}: give --allow-reuse to repeat them (every repeat is counted), fewer "
                           "requests, or a larger dataset")
     source = PromptSource.given(built.prompts, reuse=workload.allow_reuse, dataset=True)
     return Prepared(target, info, source, built.token_source, {**accuracy, "dataset_prompts": len(built.prompts)},

@@ -70,7 +70,7 @@ def host_info() -> HostInfo:
 
 
 def tool_info() -> ToolInfo:
-    from plateau_bench import __version__
+    from plateau_bench._version import __version__
 
     return ToolInfo(name="plateau-bench", version=__version__)
 

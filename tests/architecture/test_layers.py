@@ -25,7 +25,7 @@ MAX_MODULE_LINES = 500
 MAX_FUNCTION_LINES = 60   # body lines; a longer function says why with "# long:" on its def line
 
 BASE = {"errors", "units", "aio", "spec", "records", "result", "result_parts", "level_run", "progress", "store",
-        "store_migrate", "__init__"}
+        "store_migrate", "_version", "__init__"}
 # part -> the parts it must never import
 FORBIDDEN: dict[str, set[str]] = {
     "base": {"workload", "analysis", "roofline", "driver", "sim", "report", "sweep", "commands", "cli", "importers"},
@@ -44,6 +44,9 @@ FORBIDDEN: dict[str, set[str]] = {
 }
 # What the base layer may use from above: the raw telemetry sample type.
 BASE_EXCEPTIONS = {"telemetry.samples"}
+
+
+ROOT = "<package root>"   # ``import plateau_bench`` / ``from plateau_bench import x``
 
 
 def modules() -> list[Path]:
@@ -67,7 +70,7 @@ def imported(path: Path) -> set[str]:
         elif isinstance(node, ast.Import):
             out.update(a.name.removeprefix("plateau_bench").lstrip(".") for a in node.names
                        if a.name.startswith("plateau_bench"))
-    return {m for m in out if m}
+    return {m or ROOT for m in out}
 
 
 def _violates(target: str, forbidden: set[str]) -> bool:
@@ -81,6 +84,18 @@ def test_imports_go_one_way(path: Path) -> None:
     bad = sorted(t for t in imported(path) if _violates(t, forbidden)
                  and not (part == "base" and t in BASE_EXCEPTIONS))
     assert not bad, f"{path.relative_to(PACKAGE)} ({part}) imports {bad}"
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_nothing_imports_the_package_root(path: Path) -> None:
+    """The root is the public API for scripts (it imports the store): inside the package, import the module."""
+    assert ROOT not in imported(path), f"{path.relative_to(PACKAGE)} imports the package root"
+
+
+def test_the_checker_sees_a_root_import(tmp_path: Path) -> None:
+    module = tmp_path / "bad.py"
+    module.write_text("def f():\n    from plateau_bench import __version__\n")
+    assert imported(module) == {ROOT}
 
 
 def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:

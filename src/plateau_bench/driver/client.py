@@ -56,7 +56,7 @@ from aiohttp.client_reqrep import ClientRequest
 from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 
-from plateau_bench import __version__
+from plateau_bench._version import __version__
 from plateau_bench.driver.sse import StreamAccumulator, TokenCounts
 from plateau_bench.driver.target import (
     base_url,

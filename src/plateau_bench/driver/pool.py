@@ -36,7 +36,6 @@ from typing import Protocol
 
 import msgspec
 
-import plateau_bench
 from plateau_bench.driver.split import auto_workers, split_level
 from plateau_bench.driver.wire import (
     Abort,
@@ -231,7 +230,7 @@ class LocalLauncher:
 
     async def spawn(self, number: int, setup: Setup) -> LoadWorker:
         # The processes import this very package, wherever it was imported from.
-        root = str(Path(plateau_bench.__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])   # the directory holding the package
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "plateau_bench.driver.worker", stdin=asyncio.subprocess.PIPE,

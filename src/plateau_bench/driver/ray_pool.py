@@ -30,7 +30,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import plateau_bench
 from plateau_bench.aio import loop_name
 from plateau_bench.driver.pool import LoadWorker
 from plateau_bench.driver.wire import (
@@ -184,7 +183,7 @@ class RayLauncher:
     async def open(self) -> int:
         ray = self.ray
         await asyncio.to_thread(check_reachable, self.address)
-        root = str(Path(plateau_bench.__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])   # the directory holding the package
         path = os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))
         # Ray's core installs its own SIGTERM handler, which aborts the process: the one a run relies on to
         # stop cleanly (aio.treat_sigterm_as_interrupt) and Ctrl-C's are put back.

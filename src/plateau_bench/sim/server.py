@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from plateau_bench import __version__
+from plateau_bench._version import __version__
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.engine import Engine, RequestRejected, SimRequest
 from plateau_bench.sim.faults import STREAM_FAULTS, Fault, FaultPicker, FaultSpec

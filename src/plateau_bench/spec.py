@@ -111,7 +111,8 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     range_ratio: float = 0.0      # lengths spread around input_len/output_len (see length_convention)
     dataset: str | None = None    # JSONL of prompts, or ShareGPT JSON
     allow_reuse: bool = False     # a run that needs more requests than the dataset has repeats it (counted)
-    seed: int = 0
+    seed: int = 0                 # fixes the lengths, the arrival schedule, a dataset's order ...
+    prompt_salt: int | None = None   # ... and with it the prompts' text (the CLI draws one per run, recorded)
     tokenizer: str | None = None  # local HF tokenizer dir or tokenizer.json
     input_dist: LengthSpec | None = None
     output_dist: LengthSpec | None = None

@@ -211,6 +211,8 @@ def test_refusals_are_counted_by_status_with_the_retry_after_asked(tmp_path: Pat
     (["schema", "--out", "/nonexistent/dir/schema.json"], "cannot write /nonexistent/dir/schema.json"),
     (["run", "--concurrency", "4", "--workers", "0"], "--workers must be between 1 and"),
     (["sweep", "--workers", "lots"], "--workers must be a number of processes or 'auto'"),
+    (["run", "--concurrency", "4", "--prompt-salt", "-1"], "--prompt-salt must be >= 0"),
+    (["sweep", "--allow-reuse"], "--allow-reuse repeats a --dataset's prompts"),
 ])
 def test_new_flags_answer_bad_values_in_one_line(args: list[str], fragment: str) -> None:
     code, output = invoke(*args)

@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from plateau_bench.cli import app
 from plateau_bench.records import RequestRecord
+from plateau_bench.result import ResultFile
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.embed import start_sim_server
 from plateau_bench.sim.presets import get_preset
@@ -260,3 +261,28 @@ def test_a_dataset_is_taken_in_turn_across_levels_and_ends_the_sweep_when_it_run
     assert uses[-1]["exhausted"] and not any(u["exhausted"] for u in uses[:-1])
     assert "the dataset ran out of prompts at" in str(summary["stop_reason"])
     assert any("the dataset ran out of prompts after" in note for note in levels[-1]["notes"])  # type: ignore[index]
+
+
+def test_a_second_run_against_the_same_server_sends_new_prompts_unless_given_the_first_ones_salt(
+        tmp_path: Path) -> None:
+    """A server's prefix cache outlives a run: the same --seed again measures the same lengths with new
+    text, and the first run's salt sends its prompts again, which the verdict names as a fault."""
+    with start_sim_server(get_preset("tiny").with_overrides(b_ms=0.02)) as twin:
+        def run(name: str, *extra: str) -> ResultFile:
+            out = tmp_path / name
+            result = CliRunner().invoke(app, ["run", "--url", twin.url, "--mode", "steady", "--concurrency", "4",
+                                              "--duration", "2s", "--input-len", "512", "--output-len", "8",
+                                              "--out", str(out), "--quiet", *extra])
+            assert result.exit_code == 0, result.output
+            return load_result(out)
+
+        first = run("first")
+        again = run("again", "--prompt-salt", str(first.spec.workload.prompt_salt))  # before the cache evicts it
+        second = run("second")
+    salts = [r.spec.workload.prompt_salt for r in (first, second, again)]
+    assert salts[0] is not None and salts[0] != salts[1] and salts[2] == salts[0]
+    rates = [r.levels[0].telemetry.prefix_cache_hit_rate for r in (first, second, again)]
+    assert rates[0] is not None and rates[1] is not None and rates[2] is not None
+    assert rates[0] <= 0.02 and rates[1] <= 0.02, rates
+    assert rates[2] >= 0.5, rates
+    assert again.verdict is not None and again.verdict.constraint == "measurement", again.verdict

@@ -85,3 +85,16 @@ async def test_shared_prefixes_repeat_on_purpose_and_are_counted() -> None:
     use = feed.use()
     assert (use.repeated, use.prefix_tokens, use.prompt_tokens) == (0, 300 * 30, 300 * 50)
     assert use.reusable_share == 0.6
+
+
+async def test_a_salt_keeps_the_lengths_and_draws_new_text() -> None:
+    plain = WorkloadSpec(input_len=64, output_len=8, range_ratio=0.5, seed=7)
+    salted = [msgspec.structs.replace(plain, prompt_salt=s) for s in (1, 2)]
+    heads = [await synthesize(w, 32, counter=EstimateCounter()) for w in (plain, *salted)]
+    lengths = {tuple((p.prompt_tokens, p.output_tokens) for p in h.prompts) for h in heads}
+    assert len(lengths) == 1                                     # the seed's lengths, whatever the salt
+    assert len({p.text for h in heads for p in h.prompts}) == 3 * 32   # text of each salt's own
+    later = [await _taken(await _source(w, EstimateCounter()), LevelKey(label="C=8"), 300) for w in salted]
+    assert [(p.prompt_tokens, p.output_tokens) for p in later[0]] == [(p.prompt_tokens, p.output_tokens)
+                                                                       for p in later[1]]
+    assert not {p.text for p in later[0]} & {p.text for p in later[1]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import secrets
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -13,7 +14,7 @@ import msgspec
 import typer
 from rich.console import Console
 
-from plateau_bench.errors import ConfigError
+from plateau_bench.errors import ConfigError, PlateauError
 from plateau_bench.spec import (
     DEFAULT_SESSION_HEADER,
     LengthSpec,
@@ -89,8 +90,12 @@ Dataset = Annotated[Path | None, typer.Option("--dataset", help="JSONL of prompt
 AllowReuse = Annotated[bool, typer.Option("--allow-reuse", help="--dataset: repeat its prompts once every one was "
                                           "sent (each repeat counted) instead of stopping.",
                                           rich_help_panel=WORKLOAD)]
-Seed = Annotated[int, typer.Option("--seed", help="Same seed, same prompts (every request its own).",
-                                   rich_help_panel=WORKLOAD)]
+Seed = Annotated[int, typer.Option("--seed", help="Same seed, same lengths and schedule (every request its own "
+                                   "prompt).", rich_help_panel=WORKLOAD)]
+PromptSalt = Annotated[int | None, typer.Option("--prompt-salt", help="The prompts' text: new for every run by "
+                                                "default (a server's prefix cache outlives a run); give a run's "
+                                                "spec.workload.prompt_salt to send its prompts again.",
+                                                rich_help_panel=WORKLOAD)]
 Tokenizer = Annotated[str | None, typer.Option("--tokenizer", help="Local Hugging Face tokenizer dir or "
                                                "tokenizer.json (exact prompt lengths).", rich_help_panel=WORKLOAD)]
 Out = Annotated[Path | None, typer.Option("--out", help="Result directory (result.json, requests.jsonl, "
@@ -183,7 +188,7 @@ def workload_spec(input_len: str | int, output_len: str | int, range_ratio: floa
                   prefix_len: int = 0, sessions: int = 0, turns: str = "4", think_time: str = "0",
                   session_header: str = DEFAULT_SESSION_HEADER, *, closed_loop: bool = True,
                   trace: Path | None = None, trace_requests: int | None = None,
-                  allow_reuse: bool = False) -> WorkloadSpec:
+                  allow_reuse: bool = False, prompt_salt: int | None = None) -> WorkloadSpec:
     """The validated workload; ``closed_loop``: false for a sweep of bursts (sessions refuse those)."""
     if dataset is not None and not os.access(dataset, os.R_OK):
         raise ConfigError(f"cannot read dataset {dataset}")
@@ -195,6 +200,7 @@ def workload_spec(input_len: str | int, output_len: str | int, range_ratio: floa
     out_len, out_dist = length_option(output_len, "--output-len")
     spec = WorkloadSpec(input_len=in_len, output_len=out_len, range_ratio=range_ratio,
                         dataset=str(dataset) if dataset else None, allow_reuse=allow_reuse, seed=seed,
+                        prompt_salt=prompt_salt,
                         tokenizer=tokenizer,
                         input_dist=in_dist, output_dist=out_dist,
                         length_convention=length_convention,  # type: ignore[arg-type]
@@ -208,6 +214,24 @@ def workload_spec(input_len: str | int, output_len: str | int, range_ratio: floa
         raise ConfigError("--sessions sweeps steady closed loops or open-loop rates of conversations; burst "
                           "levels (num-requests = C) would send only their first turns")
     return spec
+
+
+def prompt_salt(given: int | None, resume: Path | None = None) -> int:
+    """The run's prompt salt: as given, else the resumed run's own (its prompts go on), else a new one."""
+    if given is not None:
+        if given < 0:
+            raise ConfigError(f"--prompt-salt must be >= 0 (got {given})")
+        return given
+    if resume is not None:
+        from plateau_bench.store import load_result
+
+        try:
+            saved = load_result(resume).spec.workload.prompt_salt
+        except PlateauError:
+            saved = None   # resuming it fails later, with the reason
+        if saved is not None:
+            return saved
+    return secrets.randbits(63)
 
 
 def _think_time(text: str) -> float:

@@ -82,6 +82,7 @@ def run_cmd(
     time_scale: o.TimeScale = 1.0,
     dataset: o.Dataset = None,
     allow_reuse: o.AllowReuse = False,
+    prompt_salt: o.PromptSalt = None,
     seed: o.Seed = 0,
     tokenizer: o.Tokenizer = None,
     out: o.Out = None,
@@ -102,7 +103,8 @@ def run_cmd(
     load_workers, ray_address, per_node = o.load_placement(workers, ray, workers_per_node)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer, length_convention,
                                prefix_groups, prefix_len, sessions, turns, think_time, session_header, trace=trace,
-                               trace_requests=num_requests, allow_reuse=allow_reuse)
+                               trace_requests=num_requests, allow_reuse=allow_reuse,
+                               prompt_salt=o.prompt_salt(prompt_salt))
     if workload.trace is not None:
         if mode not in (None, "rate") or concurrency is not None or rate is not None or duration or warmup:
             raise ConfigError("--trace sets its own schedule: give --time-scale (and --num-requests or "

@@ -185,6 +185,7 @@ def sweep_cmd(
                                             "keeping up.", rich_help_panel=o.WORKLOAD)] = "auto",
     dataset: o.Dataset = None,
     allow_reuse: o.AllowReuse = False,
+    prompt_salt: o.PromptSalt = None,
     seed: o.Seed = 0,
     tokenizer: o.Tokenizer = None,
     out: o.Out = None,
@@ -220,7 +221,8 @@ def sweep_cmd(
     dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
     workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer, length_convention,
                                prefix_groups, prefix_len, sessions, turns, think_time, session_header, trace=trace,
-                               closed_loop=_closed_steady(mode, plan, find), allow_reuse=allow_reuse)
+                               closed_loop=_closed_steady(mode, plan, find), allow_reuse=allow_reuse,
+                               prompt_salt=o.prompt_salt(prompt_salt, resume))
     ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect,
                                input_len=workload.input_len, output_len=workload.output_len)
     load_workers, ray_address, per_node = o.load_placement(workers, ray, workers_per_node)

@@ -115,7 +115,8 @@ def tune_cmd(  # long: one option per line
             raise ConfigError(f"--start {item!r}: write name=value (a positive integer)")
         chosen[name.strip()] = int(value)
     first = {p.name: chosen.get(p.name, p.values[min(1, len(p.values) - 1)]) for p in params}
-    workload = WorkloadSpec(input_len=input_len, output_len=output_len, range_ratio=range_ratio)
+    workload = WorkloadSpec(input_len=input_len, output_len=output_len, range_ratio=range_ratio,
+                            prompt_salt=o.prompt_salt(None))
     workload.validate()
     slos = parse_slo(slo) if slo else []
     grid = tuple(parse_int_list(concurrency, "--concurrency")) if concurrency else None

@@ -115,7 +115,8 @@ async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int = P
     count_tokens = counter.count_text if isinstance(counter, LocalTokenizer) else None
     if workload.trace is not None:
         trace = load_trace(workload.trace, limit=workload.trace_requests)
-        built = await trace_prompts(trace, counter=counter, seed=workload.seed)
+        salt = () if workload.prompt_salt is None else (workload.prompt_salt,)
+        built = await trace_prompts(trace, counter=counter, seed=[workload.seed, *salt])
         accuracy = msgspec.convert(built.accuracy, dict[str, Scalar])
         return Prepared(target, info, PromptSource.given(built.prompts, by_design="trace"), built.token_source,
                         accuracy, twin, count_tokens, schedule_ns=trace.offsets_ns())

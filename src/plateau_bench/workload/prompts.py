@@ -5,7 +5,8 @@ distribution; see ``lengths``.
 
 Determinism: one ``numpy`` generator seeded with ``--seed`` draws, in this order, the input
 lengths, the output lengths, then the text. The same seed and the same tokenizer (or the same
-server answers) therefore give the same prompts, byte for byte.
+server answers) therefore give the same prompts, byte for byte. A ``prompt_salt`` (the CLI draws one
+per run and records it) draws the text from a generator of its own: the same lengths, new text.
 
 How text is made depends on the counter (see ``tokens``): ``tokenized`` for a local tokenizer
 (exact), ``wordtext`` for the server's ``/tokenize`` (exact where verified) and for the estimate.
@@ -58,6 +59,7 @@ async def synthesize(workload: WorkloadSpec, n: int, *, counter: TokenCounter) -
     if workload.dataset:
         return await _from_dataset(workload, counter, rng)
     inputs, outputs = LengthSampler(workload, rng).draw(n)
+    rng = text_rng(workload, rng)
     texts, counts, accuracy = await make_texts(counter, inputs, rng)
     groups: list[int] = [-1] * len(texts)
     shared = None
@@ -67,6 +69,15 @@ async def synthesize(workload: WorkloadSpec, n: int, *, counter: TokenCounter) -
         accuracy = {**accuracy, **shared.accuracy}
     prompts = [Prompt(t, c, o, g) for t, c, o, g in zip(texts, counts, outputs, groups, strict=True)]
     return Workload(prompts, counter.source, accuracy, shared)
+
+
+def text_rng(workload: WorkloadSpec, rng: np.random.Generator) -> np.random.Generator:
+    """The generator the prompts' text is drawn from, once their lengths are drawn from ``rng``: ``rng``
+    itself (everything from ``--seed``), or, with a ``prompt_salt``, one of the salt's own, so that each
+    run sends text no earlier run sent (a server's prefix cache outlives a run) with the same lengths."""
+    if workload.prompt_salt is None:
+        return rng
+    return np.random.default_rng([workload.seed, workload.prompt_salt])
 
 
 async def make_texts(counter: TokenCounter, targets: list[int],

@@ -29,7 +29,7 @@ import numpy as np
 from plateau_bench.spec import LengthSpec, WorkloadSpec
 from plateau_bench.workload.lengths import LengthSampler, draw
 from plateau_bench.workload.prefixes import shared_prefixes
-from plateau_bench.workload.prompts import Prompt, make_texts
+from plateau_bench.workload.prompts import Prompt, make_texts, text_rng
 from plateau_bench.workload.tokens import TokenCounter
 
 MAX_TURNS = 10_000
@@ -117,10 +117,11 @@ async def build_sessions(workload: WorkloadSpec, *, counter: TokenCounter) -> Se
     turns_spec = workload.turns or LengthSpec(text="1", kind="fixed", a=1.0)
     counts = [min(t, MAX_TURNS) for t in draw(rng, turns_spec, n, "--turns")]
     inputs, outputs = LengthSampler(workload, rng).draw(sum(counts))
-    texts, tokens, accuracy = await make_texts(counter, inputs, rng)
+    texts_rng = text_rng(workload, rng)
+    texts, tokens, accuracy = await make_texts(counter, inputs, texts_rng)
     systems: list[tuple[str | None, int, int]] = [(None, 0, -1)] * n
     if workload.prefix_groups:
-        shared = await shared_prefixes(counter, workload.prefix_groups, workload.prefix_len, rng, make_texts)
+        shared = await shared_prefixes(counter, workload.prefix_groups, workload.prefix_len, texts_rng, make_texts)
         accuracy = {**accuracy, **shared.accuracy}
         groups = [int(g) for g in rng.integers(0, workload.prefix_groups, n)]
         systems = [(shared.texts[g], shared.counts[g], g) for g in groups]

@@ -107,6 +107,8 @@ class PromptSource:
                 self._sampler = LengthSampler(w, rng)
             self._sampler.reseed(rng)
             inputs, outputs = self._sampler.draw(size or CHUNK)
+            if w.prompt_salt is not None:   # the lengths from the seed, the text from the run's salt too
+                rng = np.random.default_rng([*stream, number, w.prompt_salt])
             texts, counts, misses = self._texts(inputs, rng)
             groups = [-1] * len(texts)
             if self.recipe.prefixes:

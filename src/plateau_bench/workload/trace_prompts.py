@@ -11,6 +11,7 @@ tokenizer the joined prompt is counted again (its true count is kept).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,7 @@ def _layout(row: TraceRow) -> tuple[list[int], int, int]:
     return list(row.hash_ids[:blocks]), last, beyond
 
 
-async def trace_prompts(trace: Trace, *, counter: TokenCounter, seed: int) -> Workload:
+async def trace_prompts(trace: Trace, *, counter: TokenCounter, seed: int | Sequence[int]) -> Workload:
     """One prompt per row of ``trace``, in its time order."""
     rng = np.random.default_rng(seed)
     layouts = [_layout(r) for r in trace.rows]

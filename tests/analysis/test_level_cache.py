@@ -30,3 +30,26 @@ def test_llamacpp_hit_rate_is_one_minus_evaluated_over_sent_prompt_tokens() -> N
 def test_vllm_states_its_own_and_no_estimate_is_made_without_counters() -> None:
     level = build_level(_run("vllm", [{"prompt_tokens": 0.0}, {"prompt_tokens": 250.0}]))
     assert level.telemetry.prefix_cache_hit_rate is None
+
+
+def _long_prompts(evaluated_per_request: float) -> LevelRun:
+    """A steady level of 8 prompts of 960 tokens, each prefilled for 2.5 s before its first token, and a
+    counter scraped every second that grows by ``evaluated_per_request`` at each first token."""
+    firsts = [int((2.5 + 0.7 * i) * S) for i in range(8)]
+    records = [RequestRecord(index=i, worker=i % 2, scheduled_ns=f - int(2.5 * S), sent_ns=f - int(2.5 * S),
+                             first_token_ns=f, end_ns=f + S // 10, prompt_tokens=960, output_tokens=8)
+               for i, f in enumerate(firsts)]
+    samples = [TelemetrySample(t_ns=t * S, engine="llamacpp",
+                               values={"prompt_tokens": evaluated_per_request * sum(f <= t * S for f in firsts)})
+               for t in range(10)]
+    return LevelRun(level=LevelSpec(mode="steady", concurrency=2, duration_s=5.0), label="C=2", records=records,
+                    server_samples=samples, engine="llamacpp")
+
+
+def test_long_prompts_straddling_the_window_are_counted_where_they_were_evaluated() -> None:
+    # Counted by send time over the steady window, this read 0.82 for the cached level; against llama.cpp,
+    # levels of eight new 960-token prompts read 0.18 and 0.25.
+    fresh = build_level(_long_prompts(960.0)).telemetry.prefix_cache_hit_rate
+    cached = build_level(_long_prompts(96.0)).telemetry.prefix_cache_hit_rate
+    assert fresh == 0.0
+    assert cached is not None and abs(cached - 0.9) < 1e-9

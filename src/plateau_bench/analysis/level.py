@@ -38,7 +38,7 @@ def _telemetry(run: LevelRun, window: Window) -> ServerTelemetry:
         values.update(summary.values)
         engine = summary.engine or engine
     if engine == "llamacpp" and "prefix_cache_hit_rate" not in values:
-        estimate = _llamacpp_hit_rate(run, window, values.get("prompt_tokens_delta"))
+        estimate = _llamacpp_hit_rate(run)
         if estimate is not None:
             values["prefix_cache_hit_rate"] = estimate
     if run.gpu_samples:
@@ -47,16 +47,22 @@ def _telemetry(run: LevelRun, window: Window) -> ServerTelemetry:
     return server_telemetry(values, engine)
 
 
-def _llamacpp_hit_rate(run: LevelRun, window: Window, evaluated: float | None) -> float | None:
+def _llamacpp_hit_rate(run: LevelRun) -> float | None:
     """llama.cpp states no cache counter, but its prompt-token counter counts the prompt tokens it
-    evaluated (its prompt cache's reused tokens are not evaluated): one minus those over the prompt
-    tokens the window's requests carried is the share it reused. An estimate: requests straddling the
-    window's edges are counted by their send time."""
-    if evaluated is None:
+    evaluated (its prompt cache's reused tokens are not evaluated), once a prompt is done, just before
+    the first token: one minus those over the prompt tokens of the requests whose first token came is
+    the share it reused. Over the whole level, between its first and last scrapes, and not over the
+    steady window: a counter that jumps by a whole prompt at once, interpolated between scrapes at the
+    window's edges, is off by up to two prompts there, a quarter of a level of eight long requests."""
+    times = sorted(s.t_ns for s in run.server_samples)
+    if len(times) < 2:
         return None
-    sent = sum(r.prompt_tokens for r in run.records
-               if not r.warmup and r.error is None and window.start_ns <= r.sent_ns <= window.end_ns)
-    return min(1.0, max(0.0, 1.0 - evaluated / sent)) if sent > 0 else None
+    evaluated = summarize_telemetry(run.server_samples, times[0], times[-1]).values.get("prompt_tokens_delta")
+    carried = sum(r.prompt_tokens for r in run.records
+                  if r.first_token_ns is not None and times[0] <= r.first_token_ns <= times[-1])
+    if evaluated is None or carried <= 0:
+        return None
+    return min(1.0, max(0.0, 1.0 - evaluated / carried))
 
 
 SLOW_CONNECT_MS = 1000.0   # a listen-backlog overflow costs SYN retries of 1, 3, 7 ... s

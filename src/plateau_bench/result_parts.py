@@ -124,5 +124,6 @@ class PromptUse(msgspec.Struct, kw_only=True):
         self.prefix_tokens += other.prefix_tokens
         self.length_misses += other.length_misses
         self.by_design = self.by_design or other.by_design
+        self.dataset_from = self.dataset_from if self.dataset_from is not None else other.dataset_from
         self.span = max(self.span, other.span)
         self.exhausted = self.exhausted or other.exhausted

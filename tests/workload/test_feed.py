@@ -89,3 +89,14 @@ def test_what_a_level_builds_first_and_ahead() -> None:
     assert (prompts_first(steady), prompts_ahead(steady)) == (1008, 1000)
     assert (prompts_first(burst), prompts_ahead(burst)) == (64, 256)
     assert (prompts_first(rate), prompts_ahead(rate)) == (1000, 1000)
+
+
+def test_the_load_processes_parts_fold_into_one_level() -> None:
+    from plateau_bench.result import PromptUse
+
+    total = PromptUse()
+    for part in (PromptUse(requests=3, prompt_tokens=30, repeated=1, repeated_tokens=10, dataset_from=40, span=5),
+                 PromptUse(requests=2, prompt_tokens=20, dataset_from=40, span=6, exhausted=True)):
+        total.add(part)
+    assert (total.requests, total.prompt_tokens, total.repeated, total.repeated_tokens) == (5, 50, 1, 10)
+    assert (total.dataset_from, total.span, total.exhausted) == (40, 6, True)

@@ -319,16 +319,12 @@ class PoolLevel:
                 health.extend(part.outcome.health)
                 cancelled += part.outcome.cancelled
                 if part.outcome.prompts is not None:
-                    prompts = part.outcome.prompts if prompts is None else _folded(prompts, part.outcome.prompts)
+                    prompts = prompts or PromptUse()
+                    prompts.add(part.outcome.prompts)
                 if part.outcome.error is not None:
                     raise RuntimeError(f"load worker {process.number} failed: {part.outcome.error}")
         return PoolOutcome(health=health, cancelled=cancelled, processes=len(self.parts), lost=lost, notes=notes,
                            clocks=clocks, prompts=prompts)
-
-
-def _folded(total: PromptUse, part: PromptUse) -> PromptUse:
-    total.add(part)
-    return total
 
 
 class WorkerPool:

@@ -127,16 +127,23 @@ class ChunkedFeed(PromptFeed):
         self.chunk = chunk
         self.ahead = max(ahead, chunk)
         self._chunks: dict[int, asyncio.Task[tuple[list[Prompt], int]]] = {}
+        self._in_use = -1   # the highest chunk a request has taken from: the others are handled once per chunk
 
     async def take(self, index: int) -> Prompt | None:
         if index < len(self.head):
             return self._count(index, self.head[index], repeated=False)
         position = index - len(self.head)
         number = position // self.chunk
-        self._start(number)
-        self._ahead_of(position)
-        prompts, _ = await self._chunks[number]
-        self._forget_before(number)
+        if number > self._in_use:   # a new chunk: forget those behind it, build those ahead
+            self._in_use = number
+            self._forget_before(number)
+            for ahead in range(number, (position + self.ahead) // self.chunk + 1):
+                self._start(ahead)
+        task = self._chunks.get(number)
+        if task is None:   # indices only grow within a process; rebuilt (same prompts) if one comes late
+            self._start(number)
+            task = self._chunks[number]
+        prompts, _ = await task
         return self._count(index, prompts[position % self.chunk], repeated=False)
 
     async def prime(self, count: int) -> None:
@@ -155,10 +162,6 @@ class ChunkedFeed(PromptFeed):
     def _built(self, task: asyncio.Task[tuple[list[Prompt], int]]) -> None:
         if not task.cancelled() and task.exception() is None:
             self._use.length_misses += task.result()[1]
-
-    def _ahead_of(self, position: int) -> None:
-        for number in range(position // self.chunk + 1, (position + self.ahead) // self.chunk + 1):
-            self._start(number)
 
     def _forget_before(self, number: int) -> None:
         """Drop the chunks below the one in use: indices only grow within a level (a request keeps its text)."""

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from plateau_bench.result import PromptUse
 from plateau_bench.spec import LevelSpec
 from plateau_bench.workload.feed import ChunkedFeed, ListFeed, prompts_ahead, prompts_first
 from plateau_bench.workload.prompts import Prompt
@@ -92,8 +93,6 @@ def test_what_a_level_builds_first_and_ahead() -> None:
 
 
 def test_the_load_processes_parts_fold_into_one_level() -> None:
-    from plateau_bench.result import PromptUse
-
     total = PromptUse()
     for part in (PromptUse(requests=3, prompt_tokens=30, repeated=1, repeated_tokens=10, dataset_from=40, span=5),
                  PromptUse(requests=2, prompt_tokens=20, dataset_from=40, span=6, exhausted=True)):

@@ -50,6 +50,7 @@ class LevelRun(msgspec.Struct, kw_only=True):
     target_gone: bool = False             # ended after too many refused connections in a row
     engine: str | None = None             # what /metrics identified
     gpu_note: str | None = None           # why local GPU telemetry is absent
+    gpus_serve: bool = False              # the server runs on this host: its GPUs are the ones NVML read
     benchmark_s: float | None = None      # seconds of load spent (virtual time for the twin)
     sim_preemptions: int | None = None
     sim_virtual_end_s: float | None = None

@@ -133,7 +133,8 @@ class ServerTelemetry(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class GpuMetrics(msgspec.Struct, frozen=True, kw_only=True):
-    """GPU figures over a level's window from DCGM exporters (``--gpu-metrics-url``, one per node).
+    """GPU figures over a level's window from DCGM exporters (``--gpu-metrics-url``, one per node), or
+    from NVML on this host when the server runs here and no exporter is given.
 
     Means over the window and over the GPUs seen; shares are 0..1. ``power_share`` is power over the
     power limit. Throughputs are bytes per second summed over the GPUs.
@@ -154,6 +155,7 @@ class GpuMetrics(msgspec.Struct, frozen=True, kw_only=True):
     nvlink_bytes_per_s: float | None = None  # DCGM_FI_PROF_NVLINK_TX_BYTES + RX
     samples: int = 0
     raw: dict[str, float] = msgspec.field(default_factory=dict)
+    source: str = "dcgm"                    # "dcgm" (exporters) or "nvml" (this host's GPUs, no profiling counters)
 
 
 class SimLevelInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from plateau_bench.analysis.gpu import gpu_evidence, gpu_metrics, plateau_level
+from plateau_bench.analysis.gpu import evidence_for, gpu_evidence, gpu_metrics, plateau_level
 from plateau_bench.result import GpuMetrics, LevelResult
 from plateau_bench.telemetry.dcgm import node_raw, parse_dcgm
 from plateau_bench.telemetry.samples import SOURCE_GPU, TelemetrySample, samples_from_lines
@@ -83,11 +83,48 @@ def test_saved_and_reloaded_samples_give_the_same_figures() -> None:
 
 @pytest.mark.parametrize("samples", [
     [],
-    [TelemetrySample(t_ns=0, engine="nvml", source=SOURCE_GPU, raw={"gpu0_power_w": 300.0})],
     [dcgm(0, node_gpus=1.0, node_power_w=10.0)],          # aggregates only, no per-GPU series
+    [TelemetrySample(t_ns=0, engine="nvml", source=SOURCE_GPU, raw={"gpu_power_w": 300.0})],   # NVML totals only
 ])
-def test_no_gpu_metrics_without_dcgm_gpu_samples(samples: list[TelemetrySample]) -> None:
+def test_no_gpu_metrics_without_per_gpu_samples(samples: list[TelemetrySample]) -> None:
     assert gpu_metrics(samples, 0, 10 * NS) is None
+
+
+def nvml(t_s: float, **raw: float) -> TelemetrySample:
+    return TelemetrySample(t_ns=int(t_s * NS), engine="nvml", source=SOURCE_GPU, raw=raw)
+
+
+def test_nvml_readings_stand_in_for_an_exporter() -> None:
+    """This host's NVML samples carry DCGM's quantity names: power share, utilisation, memory and
+    the clock against its maximum, without the profiling counters."""
+    samples = [nvml(0, gpu0_power_w=262.0, gpu0_power_limit_w=700.0, gpu0_util_pct=84.0, gpu0_fb_used_mib=80_000.0,
+                    gpu0_fb_free_mib=57_771.0, gpu0_sm_clock_mhz=1980.0, gpu0_sm_clock_max_mhz=1980.0,
+                    gpu0_temp_c=52.0, gpu_power_w=262.0),
+               nvml(1, gpu0_power_w=682.0, gpu0_power_limit_w=700.0, gpu0_util_pct=99.0, gpu0_fb_used_mib=80_000.0,
+                    gpu0_fb_free_mib=57_771.0, gpu0_sm_clock_mhz=1671.0, gpu0_sm_clock_max_mhz=1980.0,
+                    gpu0_temp_c=60.0, gpu_power_w=682.0)]
+    m = gpu_metrics(samples, 1 * NS, 2 * NS)
+    assert m is not None and m.source == "nvml" and (m.gpus, m.nodes) == (1, 1)
+    assert m.power_share == pytest.approx(682 / 700, abs=1e-4) and m.gpu_util == 0.99
+    assert m.fb_used_share == pytest.approx(80_000 / 137_771, abs=1e-4)
+    assert m.sm_active is None and m.dram_active is None
+    assert (m.raw["sm_clock_mhz"], m.raw["sm_clock_max_mhz"], m.raw["temp_c"]) == (1671.0, 1980.0, 60.0)
+
+
+def test_an_exporter_is_preferred_to_nvml() -> None:
+    both = [nvml(0, gpu0_power_w=100.0, gpu0_power_limit_w=700.0), dcgm(0, gpu0_power_w=600.0,
+                                                                         gpu0_power_limit_w=700.0)]
+    m = gpu_metrics(both, 0, NS)
+    assert m is not None and m.source == "dcgm" and m.power_w_mean == 600.0
+
+
+def test_the_sentence_gives_the_clock_against_its_maximum() -> None:
+    m = gpu_metrics([nvml(0, gpu0_power_w=682.0, gpu0_power_limit_w=700.0, gpu0_util_pct=99.0,
+                          gpu0_sm_clock_mhz=1671.0, gpu0_sm_clock_max_mhz=1980.0)], 0, NS)
+    assert m is not None
+    assert evidence_for(m, "prefill") == [
+        "GPUs at 97 % of their power limit and 99 % GPU utilisation and an SM clock of 1,671 of 1,980 MHz",
+        "GPUs at 97 % of their power limit: power-capped, clocks drop before the compute runs out"]
 
 
 def test_no_gpu_metrics_for_a_window_before_the_first_sample() -> None:
@@ -217,3 +254,26 @@ def test_the_plateau_level_speaks() -> None:
     assert plateau_level([low, plateau]) is plateau
     assert plateau_level([broken]) is broken        # failed levels only when nothing else has figures
     assert gpu_evidence([low, plateau, top, broken], "admission_cap")[0].startswith("GPUs at 35 % SM activity")
+
+
+@pytest.mark.parametrize(("gpus_serve", "read"), [(True, True), (False, False)])
+def test_a_level_reads_nvml_only_when_its_server_runs_on_this_host(gpus_serve: bool, read: bool) -> None:
+    """NVML reads this host's GPUs: the server's when it runs here, someone else's otherwise."""
+    from plateau_bench.analysis.level import build_level
+    from plateau_bench.level_run import LevelRun
+    from plateau_bench.records import RequestRecord
+    from plateau_bench.spec import LevelSpec
+
+    ms = NS // 1000
+    records = [RequestRecord(index=i, worker=i, scheduled_ns=0, sent_ns=0, first_token_ns=100 * ms,
+                             end_ns=300 * ms, chunk_ns=[100 * ms, 200 * ms, 300 * ms], chunk_tokens=[1, 1, 1],
+                             prompt_tokens=10, output_tokens=3) for i in range(4)]
+    samples = [nvml(t, gpu0_power_w=300.0, gpu0_power_limit_w=700.0, gpu0_util_pct=40.0, gpu_power_w=300.0)
+               for t in (0.0, 0.2)]
+    level = build_level(LevelRun(level=LevelSpec(mode="burst", concurrency=4), label="C=4", records=records,
+                                 gpu_samples=samples, gpus_serve=gpus_serve))
+    assert (level.gpu_metrics is not None) is read
+    assert level.telemetry.gpu_power_w_mean == pytest.approx(300.0)   # recorded either way
+    if read:
+        assert level.gpu_metrics is not None and level.gpu_metrics.source == "nvml"
+        assert level.gpu_metrics.power_share == pytest.approx(300 / 700, abs=1e-4)

@@ -14,6 +14,7 @@ from plateau_bench.driver.target import (
     base_url,
     discover,
     display_url,
+    on_this_host,
     redact,
     request_headers,
     secrets_of,
@@ -124,6 +125,16 @@ async def test_tokenize_remote_without_the_route(server: ScriptedServer) -> None
 def test_base_url_forms() -> None:
     for url in ("http://h:8000", "http://h:8000/", "http://h:8000/v1", "http://h:8000/v1/", "h:8000"):
         assert base_url(TargetSpec(url=url)) == "http://h:8000"
+
+
+def test_a_server_on_this_host_is_told_apart() -> None:
+    import socket
+
+    for url in ("http://127.0.0.1:8000", "localhost:8000", "http://[::1]:8000/v1", "http://u:p@127.0.0.2:1",
+                f"http://{socket.gethostname()}:8000"):
+        assert on_this_host(TargetSpec(url=url)), url
+    for url in ("http://10.1.2.3:8000", "http://gpu-node-7.example:8000"):
+        assert not on_this_host(TargetSpec(url=url)), url
 
 
 def test_secrets_are_redacted() -> None:

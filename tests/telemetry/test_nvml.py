@@ -50,6 +50,17 @@ def stand_in_nvml(*, init_error: str | None = None, gpus: int = 2) -> types.Modu
     return m
 
 
+def full_nvml(energy_mj: list[int]) -> types.ModuleType:
+    """The stand-in with the readings a current nvidia-ml-py has: limit, top clock, temperature, energy."""
+    m = stand_in_nvml(gpus=1)
+    m.NVML_TEMPERATURE_GPU = 0  # type: ignore[attr-defined]
+    m.nvmlDeviceGetEnforcedPowerLimit = lambda h: 700_000  # type: ignore[attr-defined]
+    m.nvmlDeviceGetMaxClockInfo = lambda h, kind: 1980  # type: ignore[attr-defined]
+    m.nvmlDeviceGetTemperature = lambda h, sensor: 52  # type: ignore[attr-defined]
+    m.nvmlDeviceGetTotalEnergyConsumption = lambda h: energy_mj.pop(0)  # type: ignore[attr-defined]
+    return m
+
+
 @pytest.fixture
 def install(monkeypatch: pytest.MonkeyPatch) -> Any:
     def put(module: types.ModuleType) -> str:
@@ -105,3 +116,25 @@ async def test_poller_samples_in_a_thread_and_summarizes_as_gauges(install: Any)
     assert all(s.source == "gpu" and s.engine == "nvml" and s.t_ns == 5 for s in samples)
     values = summarize(samples, 0, 10).values
     assert values["gpu0_power_w_mean"] == 350.5 and values["gpu_util_pct_max"] == 90.5
+
+
+def test_the_readings_a_verdict_needs_and_the_energy_counter(install: Any) -> None:
+    """Power against the enforced limit, the clock against its maximum, the framebuffer as DCGM
+    names it, and the energy counter summarised as a counter (joules over the window)."""
+    sampler, _ = open_nvml(install(full_nvml([1_000_000, 1_350_500])))
+    assert sampler is not None
+    first = sampler.sample(0)
+    raw = first.raw
+    assert (raw["gpu0_power_limit_w"], raw["gpu0_sm_clock_max_mhz"], raw["gpu0_temp_c"]) == (700.0, 1980.0, 52.0)
+    assert raw["gpu0_fb_used_mib"] == 1024.0 and raw["gpu0_fb_free_mib"] == 79 * 1024.0
+    assert raw["gpu0_energy_j"] == 1000.0
+    values = summarize([first, sampler.sample(10**9)], 0, 10**9).values
+    assert values["gpu0_energy_j_delta"] == pytest.approx(350.5)
+    assert values["gpu0_energy_j_rate"] == pytest.approx(350.5)   # watts: the mean power over the second
+
+
+def test_an_older_library_without_some_calls_still_reads_the_rest(install: Any) -> None:
+    sampler, _ = open_nvml(install(stand_in_nvml(gpus=1)))   # no limit, top clock, temperature or energy calls
+    assert sampler is not None
+    raw = sampler.sample(0).raw
+    assert raw["gpu0_power_w"] == 350.5 and "gpu0_power_limit_w" not in raw and "gpu0_energy_j" not in raw

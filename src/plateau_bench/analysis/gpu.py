@@ -60,6 +60,7 @@ UNEVEN = 0.25
 PLATEAU_BAND = 0.05
 
 SOURCE_DCGM = "dcgm"   # telemetry.dcgm.SOURCE_DCGM (that module does I/O; analysis does not import it)
+SOURCE_NVML = "gpu"    # telemetry.samples.SOURCE_GPU: local NVML readings, with DCGM's quantity names
 
 _PER_GPU = re.compile(r"gpu([A-Za-z0-9]+)_([a-z_]+)")
 _RATIOS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
@@ -116,7 +117,8 @@ def _raw(gpus: Sequence[GpuMeans], power_shares: Sequence[float]) -> dict[str, f
             raw[f"{quantity}_max"], raw[f"{quantity}_min"] = round(max(column), 4), round(min(column), 4)
     if power_shares:
         raw["power_share_max"], raw["power_share_min"] = round(max(power_shares), 4), round(min(power_shares), 4)
-    for quantity, digits in (("gr_engine_active", 4), ("sm_clock_mhz", 1)):
+    for quantity, digits in (("gr_engine_active", 4), ("sm_clock_mhz", 1), ("sm_clock_max_mhz", 1),
+                             ("temp_c", 1)):
         value = _mean(_column(gpus, quantity))
         if value is not None:
             raw[quantity] = round(value, digits)
@@ -127,8 +129,14 @@ def _raw(gpus: Sequence[GpuMeans], power_shares: Sequence[float]) -> dict[str, f
 
 
 def gpu_metrics(samples: Sequence[TelemetrySample], start_ns: int, end_ns: int) -> GpuMetrics | None:
-    """The GPU figures over ``[start_ns, end_ns]`` (see the module docstring); None without DCGM data."""
+    """The GPU figures over ``[start_ns, end_ns]`` (see the module docstring); None without GPU data.
+
+    DCGM exporters' samples when there are any, else local NVML readings (``telemetry.gpu``: the same
+    quantity names, without the profiling counters); ``source`` says which."""
     dcgm = [s for s in samples if s.source == SOURCE_DCGM]
+    source = SOURCE_DCGM if dcgm else "nvml"
+    if not dcgm:
+        dcgm = [s for s in samples if s.source == SOURCE_NVML]
     per_gpu = _per_gpu_means(dcgm, start_ns, end_ns)
     if not per_gpu:
         return None
@@ -151,6 +159,7 @@ def gpu_metrics(samples: Sequence[TelemetrySample], start_ns: int, end_ns: int) 
         nvlink_bytes_per_s=_rate(gpus, "nvlink"),
         samples=sum(1 for s in dcgm if start_ns <= s.t_ns <= end_ns),
         raw=_raw(gpus, power_shares),
+        source=source,
     )
 
 
@@ -201,6 +210,9 @@ def describe(m: GpuMetrics) -> str | None:
     act = _activity(m)
     if act is not None:
         parts.append(f"{_pct(act.value, SM_SATURATED if act.proves_busy else 2.0)} {act.label}")
+    clock, top = m.raw.get("sm_clock_mhz"), m.raw.get("sm_clock_max_mhz")
+    if clock is not None and top:
+        parts.append(f"an SM clock of {clock:,.0f} of {top:,.0f} MHz")
     if parts:
         return "GPUs at " + " and ".join(parts)
     return f"GPUs drawing {m.power_w_mean:.0f} W on average" if m.power_w_mean is not None else None
@@ -301,8 +313,11 @@ def gpu_evidence(levels: Sequence[LevelResult], constraint: str) -> list[str]:
     """
     level = plateau_level(levels)
     m = level.gpu_metrics if level is not None else None
-    if m is None:
-        return []
+    return [] if m is None else evidence_for(m, constraint)
+
+
+def evidence_for(m: GpuMetrics, constraint: str) -> list[str]:
+    """The sentences ``gpu_evidence`` gives for one level's GPU figures under ``constraint``."""
     desc, state = describe(m), _state(m)
     if desc is None or state is None:
         return []

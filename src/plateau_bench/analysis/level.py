@@ -17,7 +17,7 @@ from plateau_bench.analysis.health import summarize_health, with_requests
 from plateau_bench.analysis.metrics import Window, compute_level, full_window, steady_window
 from plateau_bench.analysis.turns import turn_metrics
 from plateau_bench.level_run import LevelRun
-from plateau_bench.result import LevelResult, ServerTelemetry, SimLevelInfo
+from plateau_bench.result import GpuMetrics, LevelResult, ServerTelemetry, SimLevelInfo
 from plateau_bench.telemetry.summary import summarize as summarize_telemetry
 
 _TELEMETRY_FIELDS = frozenset(ServerTelemetry.__struct_fields__) - {"engine", "samples", "raw"}
@@ -28,6 +28,12 @@ def server_telemetry(values: Mapping[str, float], engine: str | None) -> ServerT
     known = {k: float(v) for k, v in values.items() if k in _TELEMETRY_FIELDS}
     raw = {k: float(v) for k, v in values.items() if k not in _TELEMETRY_FIELDS and k != "samples"}
     return ServerTelemetry(engine=engine, samples=int(values.get("samples", 0)), raw=raw, **known)
+
+
+def _gpu_metrics(run: LevelRun, window: Window) -> GpuMetrics | None:
+    """DCGM exporters' figures, else this host's NVML readings when the server runs here."""
+    samples = run.dcgm_samples or (run.gpu_samples if run.gpus_serve else [])
+    return gpu_metrics(samples, window.start_ns, window.end_ns) if samples else None
 
 
 def _telemetry(run: LevelRun, window: Window) -> ServerTelemetry:
@@ -109,7 +115,7 @@ def build_level(run: LevelRun) -> LevelResult:
         benchmark_s=run.benchmark_s,
         cut_off_at_stop=run.cut_off_at_stop,
         cancelled_at_end=run.cancelled_at_end,
-        gpu_metrics=gpu_metrics(run.dcgm_samples, window.start_ns, window.end_ns) if run.dcgm_samples else None,
+        gpu_metrics=_gpu_metrics(run, window),
         sim=sim,
         worker_clocks=list(run.worker_clocks),
         turns=turn_metrics(run.records),

@@ -27,6 +27,7 @@ from plateau_bench.driver.health import HealthSampler
 from plateau_bench.driver.load import LoadProgress, Sender, run_level
 from plateau_bench.driver.pool import PoolOutcome, WorkerPool
 from plateau_bench.driver.sessions import SessionPool, SessionSender
+from plateau_bench.driver.target import on_this_host
 from plateau_bench.errors import ErrorClass
 from plateau_bench.level_run import LevelRun, StopRequested, StopRule
 from plateau_bench.progress import LevelProgress
@@ -135,6 +136,7 @@ class HttpLevelRunner:
         self.engine: str | None = None
         # Local GPUs (when the load runs on the GPU host): power, utilisation, clocks, through NVML.
         self._nvml, self.gpu_note = open_nvml()
+        self._gpus_serve = on_this_host(target)   # NVML's GPUs are the server's only when it runs here
 
     async def run_level(
         self,
@@ -210,6 +212,7 @@ class HttpLevelRunner:
             t0_monotonic_ns=t0, cut_off_at_stop=load.cancelled, cancelled_at_end=load.cancelled_at_end,
             target_gone=collect.refused >= DEAD_TARGET_FAILURES,
             engine=self.engine, gpu_note=None if gpu_samples else self.gpu_note, load_processes=load.processes,
+            gpus_serve=bool(gpu_samples) and self._gpus_serve,
             lost_workers=load.lost, worker_clocks=load.clocks,
             prompts=load.prompts if load.prompts is not None else feed.use())
 

@@ -73,6 +73,15 @@ def url_credentials(target: TargetSpec) -> tuple[str, str] | None:
     return unquote(user), unquote(password)
 
 
+def on_this_host(target: TargetSpec) -> bool:
+    """Whether the server listens on this machine: a loopback address, ``localhost`` or this host's
+    own name. Then this machine's GPUs (NVML) are the server's, and the verdict may read them."""
+    host = (urlsplit(base_url(target)).hostname or "").lower()
+    if host in ("localhost", "::1", "0.0.0.0") or host.startswith("127."):
+        return True
+    return host in {socket.gethostname().lower(), socket.getfqdn().lower()}
+
+
 def display_url(url: str) -> str:
     """The URL as it may be printed: ``http://user:pw@h`` -> ``http://***@h`` (``redact_url``)."""
     return redact_url(url)

@@ -346,4 +346,6 @@ def kind_of(key: str) -> Kind:
     for prefix, k in _KIND_PREFIX.items():
         if key.startswith(prefix):
             return k
+    if key.endswith("_energy_j"):   # NVML's energy counter (telemetry.gpu): joules since the driver loaded
+        return "counter"
     return "gauge"

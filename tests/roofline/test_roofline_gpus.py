@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.roofline import catalog, find_gpu, find_link, read_gpu_spec
+from plateau_bench.roofline import catalog, find_gpu, find_link, gpu_for_device, read_gpu_spec
 from plateau_bench.roofline.hardware import Sourced
 
 RAW = json.loads(files("plateau_bench.roofline").joinpath("gpus.json").read_text())
@@ -72,3 +72,14 @@ def test_a_user_spec_file(tmp_path: Path) -> None:
     path.write_text(json.dumps({"key": "x", "name": "X", "memory_gib": 24}))
     with pytest.raises(ConfigError, match="bandwidth_gbps"):
         read_gpu_spec(path)
+
+
+def test_a_device_name_finds_its_catalogue_gpu() -> None:
+    """NVML and torch name the board (``NVIDIA H200``); the whole name decides (the NVL is another board)."""
+    assert gpu_for_device("NVIDIA H200").key == "h200-sxm"              # type: ignore[union-attr]
+    assert gpu_for_device("NVIDIA H200 NVL").key == "h200-nvl"          # type: ignore[union-attr]
+    assert gpu_for_device("  nvidia  H100 80GB HBM3 ").key == "h100-sxm"   # type: ignore[union-attr]
+    assert gpu_for_device("NVIDIA GeForce RTX 4090") is None
+    assert gpu_for_device("CPU") is None
+    names = [name.lower() for gpu in catalog().gpus for name in gpu.device_names]
+    assert len(names) == len(set(names)) and all(gpu.device_names for gpu in catalog().gpus)

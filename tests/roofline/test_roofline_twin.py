@@ -13,14 +13,17 @@ from plateau_bench.errors import ConfigError
 from plateau_bench.roofline import (
     Ceiling,
     Deployment,
+    Efficiency,
     Roofline,
     build_roofline,
     calibrate_efficiency,
     capped,
     ceiling_at_batch,
     decode_point,
+    efficiency_sources,
     find_gpu,
     find_link,
+    measured_efficiency,
     read_model_config,
     read_roofline,
     roofline_report,
@@ -71,6 +74,30 @@ def test_coefficients_scale_with_the_efficiency() -> None:
     for bad in (0.0, 1.5):
         with pytest.raises(ConfigError, match="efficiency"):
             step_coefficients(DENSE, bad)
+
+
+def test_each_resource_has_its_own_efficiency() -> None:
+    """Bytes over the memory factor, FLOPs over the compute factor, collectives over the link's."""
+    full = step_coefficients(DENSE, 1.0)
+    assert step_coefficients(DENSE, Efficiency.uniform(0.5)) == step_coefficients(DENSE, 0.5)
+    memory = step_coefficients(DENSE, Efficiency(memory=0.5, compute=1.0, interconnect=1.0))
+    compute = step_coefficients(DENSE, Efficiency(memory=1.0, compute=0.5, interconnect=1.0))
+    link = step_coefficients(DENSE, Efficiency(memory=1.0, compute=1.0, interconnect=0.5))
+    overhead = DENSE.deployment.step_overhead_s
+    assert memory.t0 - overhead == pytest.approx(2 * (full.t0 - overhead))   # the weights are bytes
+    assert (memory.a, memory.b) == (full.a, full.b) and full.c < memory.c < 2 * full.c   # KV: bytes and FLOPs
+    assert compute.t0 == full.t0 and full.a < compute.a < 2 * full.a and full.c < compute.c < memory.c
+    assert link.t0 == full.t0 and link.c == full.c and full.a < link.a < compute.a   # TP=2: an all-reduce per layer
+    with pytest.raises(ConfigError, match="compute efficiency"):
+        step_coefficients(DENSE, Efficiency(memory=1.0, compute=0.0, interconnect=1.0))
+
+
+def test_the_default_efficiencies_are_measured_and_say_where() -> None:
+    e = measured_efficiency()
+    assert 0 < e.compute < e.memory <= 1 and e.interconnect == 0.5
+    sources = efficiency_sources()
+    assert "gpu_truth" in sources["memory"] and "gpu_truth" in sources["compute"]
+    assert "not measured" in sources["interconnect"]
 
 
 def test_dense_coefficients_by_hand() -> None:

@@ -149,7 +149,8 @@ def test_calibrated_on_a_sweep_the_derived_twin_predicts_its_plateau(seed_a: Pat
 def test_default_efficiency_is_said_and_bad_flags_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = sim(["--model", str(DATA / "dense_gqa_llama.json"), "--gpu", "h100-sxm", "--concurrency", "1"],
                        capsys)
-    assert code == 0 and "efficiency 0.50 (default)" in out
+    assert code == 0 and "efficiency 0.79 memory, 0.69 compute, 0.50 interconnect (the defaults, bench/gpu_truth.py" \
+        in out
     for argv, fragment in (
         (["--efficiency", "0.3"], "give --model too"),
         (["--model", str(DATA / "dense_gqa_llama.json"), "--gpu", "h100-sxm", "--preset", "tiny"], "choose one"),

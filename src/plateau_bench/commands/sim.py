@@ -50,7 +50,9 @@ class Derived(msgspec.Struct, frozen=True, kw_only=True):
 
     def engine(self, preset: str | None, input_len: int = 128, output_len: int = 128) -> tuple[Any, str] | None:
         """The derived engine and a line saying how, or None without ``--model``."""
-        from plateau_bench.sim.from_roofline import DEFAULT_EFFICIENCY, engine_from_roofline
+        from plateau_bench.roofline import Efficiency, measured_efficiency
+        from plateau_bench.roofline.efficiency import measured_by
+        from plateau_bench.sim.from_roofline import engine_from_roofline
 
         rf = r.roofline_given(self.model, self.gpu, self.gpu_spec, self.gpus, self.tp, self.ep, self.dtype,
                               self.kv_dtype, self.interconnect, input_len=input_len, output_len=output_len,
@@ -65,9 +67,13 @@ class Derived(msgspec.Struct, frozen=True, kw_only=True):
                               "one: choose one")
         if self.efficiency is not None and self.efficiency_from is not None:
             raise ConfigError("--efficiency sets the factor, --efficiency-from measures it: choose one")
-        given = self.efficiency is not None
-        efficiency = self.efficiency if self.efficiency is not None else DEFAULT_EFFICIENCY
-        how = f"efficiency {efficiency:.2f}" + ("" if given else " (default)")
+        efficiency: float | Efficiency
+        if self.efficiency is not None:
+            efficiency, how = self.efficiency, f"efficiency {self.efficiency:.2f}"
+        else:
+            efficiency = measured_efficiency()
+            how = (f"efficiency {efficiency.memory:.2f} memory, {efficiency.compute:.2f} compute, "
+                   f"{efficiency.interconnect:.2f} interconnect (the defaults, {measured_by()})")
         overhead = None
         if self.efficiency_from is not None:
             from plateau_bench.analysis.roofline_place import calibrate_from_levels

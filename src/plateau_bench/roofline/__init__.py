@@ -18,7 +18,17 @@ from plateau_bench.roofline.bound import (
     step_terms,
 )
 from plateau_bench.roofline.deployment import DTYPE_BYTES, DTYPES, Deployment, parse_dtype
-from plateau_bench.roofline.hardware import GpuSpec, Link, catalog, find_gpu, find_link, gpu_names, read_gpu_spec
+from plateau_bench.roofline.efficiency import Efficiency, efficiency_sources, measured_efficiency
+from plateau_bench.roofline.hardware import (
+    GpuSpec,
+    Link,
+    catalog,
+    find_gpu,
+    find_link,
+    gpu_for_device,
+    gpu_names,
+    read_gpu_spec,
+)
 from plateau_bench.roofline.model import Dtype, ModelShape, model_from_json, read_model_config
 from plateau_bench.roofline.summary import (
     DEFAULT_BATCHES,
@@ -52,6 +62,7 @@ __all__ = [
     "Ceiling",
     "Deployment",
     "Dtype",
+    "Efficiency",
     "GpuSpec",
     "Link",
     "ModelShape",
@@ -68,11 +79,14 @@ __all__ = [
     "ceiling_at_batch",
     "decode_point",
     "decode_terms",
+    "efficiency_sources",
     "expected_active_experts",
     "find_gpu",
     "find_link",
     "fit_overhead_and_efficiency",
+    "gpu_for_device",
     "gpu_names",
+    "measured_efficiency",
     "model_from_json",
     "parse_dtype",
     "prefill_point",

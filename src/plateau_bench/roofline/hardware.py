@@ -50,6 +50,7 @@ class GpuSpec(msgspec.Struct, frozen=True, kw_only=True):
     interconnect: str = "pcie5"       # the link between GPUs unless --interconnect says otherwise
     pcie: str = "pcie5"
     aliases: list[str] = msgspec.field(default_factory=list)
+    device_names: list[str] = msgspec.field(default_factory=list)   # as NVML and torch name the board
     notes: str = ""
 
     def peak(self, dtype: Dtype) -> tuple[float, Dtype]:
@@ -101,6 +102,18 @@ def find_gpu(name: str) -> GpuSpec:
         if wanted == gpu.key or wanted in gpu.aliases:
             return gpu
     raise ConfigError(f"unknown GPU {name!r}; known: {', '.join(gpu_names())} (or give --gpu-spec FILE)")
+
+
+def gpu_for_device(device_name: str) -> GpuSpec | None:
+    """The catalogue GPU a device reports itself as (NVML's or torch's name, ``NVIDIA H200``), or None.
+
+    The names are matched whole (spaces and case aside): ``NVIDIA H200 NVL`` is another board than
+    ``NVIDIA H200``, with the same memory and another power limit and clocks."""
+    wanted = " ".join(device_name.split()).lower()
+    for gpu in catalog().gpus:
+        if any(" ".join(name.split()).lower() == wanted for name in gpu.device_names):
+            return gpu
+    return None
 
 
 def read_gpu_spec(path: Path) -> GpuSpec:

@@ -27,6 +27,7 @@ import msgspec
 from plateau_bench.errors import ConfigError
 from plateau_bench.roofline.bound import Resource, Roofline, decode_terms, expected_active_experts, step_terms
 from plateau_bench.roofline.deployment import ACTIVATION_BYTES
+from plateau_bench.roofline.efficiency import Efficiency
 
 ExpertTerm = Literal["tangent", "separate"]
 
@@ -152,32 +153,40 @@ def _expert_tangent(rf: Roofline, batch_ref: int) -> tuple[float, float]:
     return at - batch_ref * slope, slope
 
 
-def step_coefficients(rf: Roofline, efficiency: float, *, batch_ref: int = 256,
+def step_coefficients(rf: Roofline, efficiency: float | Efficiency, *, batch_ref: int = 256,
                       experts: ExpertTerm = "tangent") -> StepCoefficients:
     """The twin's step-time coefficients (seconds per step, per sequence, per prompt token, per KV token).
 
+    ``efficiency``: one factor for every resource, or one per resource (``Efficiency``): bytes read
+    are divided by the memory factor, FLOPs by the compute factor, collectives by the interconnect's.
     ``experts="tangent"`` folds the routed-expert reads into ``t0`` and the per-token terms as the
     tangent at ``batch_ref`` tokens; ``"separate"`` leaves them out (add ``expert_weights_s``)."""
-    if not 0 < efficiency <= 1:
-        raise ConfigError(f"the efficiency factor must be in (0, 1] (got {efficiency})")
+    e = _efficiency(efficiency)
     if batch_ref < 1:
         raise ConfigError(f"the reference batch must be >= 1 (got {batch_ref})")
-    d, m, e = rf.deployment, rf.model, efficiency
+    d, m = rf.deployment, rf.model
     intercept, slope = _expert_tangent(rf, batch_ref) if experts == "tangent" else (0.0, 0.0)
     expert_read = m.moe_layers * rf.expert_bytes / d.moe_ranks / rf.bandwidth   # s per active expert
     network = rf.allreduces * 2.0 * (d.tp - 1) / d.tp * m.hidden * ACTIVATION_BYTES / d.dp
     if d.alltoall:
         network += m.moe_layers * 2.0 / d.gpus * m.top_k * m.hidden * ACTIVATION_BYTES * (d.ep - 1) / d.ep
-    per_token = ((rf.block_dense_flops + rf.expert_flops) / d.gpus / rf.peak_linear
-                 + network / rf.link.bytes_per_s + slope * expert_read)
+    per_token = ((rf.block_dense_flops + rf.expert_flops) / d.gpus / rf.peak_linear / e.compute
+                 + network / rf.link.bytes_per_s / e.interconnect + slope * expert_read / e.memory)
     ctx = (d.input_len + 1) / 2.0
-    prefill_attn = ctx * (rf.attn_prefill_full + rf.attn_prefill_window) / d.gpus / rf.peak_attention
-    head = rf.head_flops / d.gpus / rf.peak_linear
-    kv = ((rf.kv_bytes_full + rf.kv_bytes_window) / d.dp / rf.bandwidth
-          + (rf.attn_decode_full + rf.attn_decode_window) / d.gpus / rf.peak_attention)
-    t0 = d.step_overhead_s + (rf.dense_bytes / rf.bandwidth + intercept * expert_read) / e
-    return StepCoefficients(t0=t0, a=(per_token + head) / e, b=(per_token + head / d.input_len + prefill_attn) / e,
-                            c=kv / e)
+    prefill_attn = ctx * (rf.attn_prefill_full + rf.attn_prefill_window) / d.gpus / rf.peak_attention / e.compute
+    head = rf.head_flops / d.gpus / rf.peak_linear / e.compute
+    kv = ((rf.kv_bytes_full + rf.kv_bytes_window) / d.dp / rf.bandwidth / e.memory
+          + (rf.attn_decode_full + rf.attn_decode_window) / d.gpus / rf.peak_attention / e.compute)
+    t0 = d.step_overhead_s + (rf.dense_bytes / rf.bandwidth + intercept * expert_read) / e.memory
+    return StepCoefficients(t0=t0, a=per_token + head, b=per_token + head / d.input_len + prefill_attn, c=kv)
+
+
+def _efficiency(efficiency: float | Efficiency) -> Efficiency:
+    if isinstance(efficiency, Efficiency):
+        return efficiency.check()
+    if not 0 < efficiency <= 1:
+        raise ConfigError(f"the efficiency factor must be in (0, 1] (got {efficiency})")
+    return Efficiency.uniform(efficiency)
 
 
 def read_roofline(path: Path) -> Roofline:

@@ -10,39 +10,26 @@ A decoder with random weights and the shape of Llama-3.1-8B (32 layers, hidden 4
 KV heads of 128, gated MLP 14336, vocabulary 128256, untied head) runs in PyTorch with a static KV
 cache, as an engine runs it:
 
-* **decode**: one new token for each of ``batch`` sequences that attend to ``context`` tokens of
-  cache (the new token's key and value written at the end), logits for every sequence. Captured
-  once as a CUDA graph and replayed (engines replay graphs for decode), timed with CUDA events:
-  the median of 20 replays after 3. Batches 1, 8, 32, 128, 256 at contexts 512 and 2048.
-* **prefill**: one prompt of 512 to 8,192 tokens, causal attention, keys and values written to the
-  cache, logits for the last token only; eager, median of 5 after 2.
-* **the hardware's own ceilings**: a 4 GiB device-to-device copy (bytes read plus written over its
-  time) and an 8192 x 8192 x 8192 bf16 matrix product, so that a gap to the datasheet can be split
-  into "the kernels" and "the chip as it is".
+* **decode**: one new token for each of ``batch`` sequences attending to ``context`` tokens of cache
+  (batches 1 to 256, contexts 512 and 2048), logits for every sequence; one CUDA graph replayed (as
+  engines decode), timed with CUDA events, the median of at least 20 replays, more until they fill
+  1.5 s so that NVML reads the step and not the pauses.
+* **prefill**: one prompt of 512 to 8,192 tokens, causal, logits for the last token; eager.
+* **the split**: the batch-1 decode's and the longest prefill's weight products alone, and the kernels
+  one decode step launches (torch's profiler), so a gap to the roofline is told resource by resource.
+* **the chip's own ceilings**: a 4 GiB device copy (bytes read plus written) and an 8192-cubed bf16
+  product.
 
-Attention uses ``scaled_dot_product_attention``: decode groups each KV head's four query heads as
-four queries over that head's keys (exact for a single new token, and what lets the fused kernels
-run grouped-query attention without copying keys); prefill repeats the KV heads (a copy of under
-1 % of the prefill's bytes).
+Decode attention groups each KV head's four query heads as four queries over that head's keys (exact
+for one new token, no copy of the keys); prefill repeats the KV heads. While each step is timed,
+plateau's NVML sampler (``telemetry.gpu``) reads the GPU every 50 ms and plateau's GPU analysis
+(``analysis.gpu``) says what a verdict would read of that window.
 
-While each measurement runs, plateau's own NVML sampler (``telemetry.gpu``) reads the GPU every
-50 ms, and plateau's GPU analysis (``analysis.gpu``) reduces the readings over that measurement's
-window to what a verdict would read: power against the enforced limit, utilisation, memory, the SM
-clock against its maximum.
-
-The tables set each measured step beside ``plateau roofline`` for the GPU found (the NVML name
-matched against the catalogue: ``NVIDIA H200`` is ``h200-sxm``), computed now from the package, so
-a change to the roofline shows up against the saved measurement: the roofline's step (resource
-terms plus its fixed per-step overhead), the binding resource, and the efficiency on it (the
-roofline's time for that resource over the measured step). ``derived_efficiencies`` reads the
-figures the twin's defaults ship with (``roofline/efficiency.json``) off a measurement:
-
-* memory: the median efficiency of the decode steps the roofline calls memory-bound;
-* compute: the median efficiency of the prefills of 2,048 tokens and more (compute-bound, long
-  enough that launch gaps do not count).
-
-The measured table is written as JSON (``--json``; on a GPU by default
-``bench/data/gpu_truth-<gpu>.json``) with the GPU's name, driver, CUDA and torch versions.
+The tables set each step beside the roofline of the GPU found (its NVML name in the catalogue:
+``NVIDIA H200`` is ``h200-sxm``), computed from the package as it is today, and the efficiencies
+``roofline.measured`` derives (the twin's defaults, ``roofline/efficiency.json``). The measurement is
+written as JSON (``--json``; on a GPU by default ``bench/data/gpu_truth-<gpu>.json``) with the GPU's
+name, driver, CUDA and torch versions.
 """
 
 from __future__ import annotations
@@ -62,8 +49,15 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from plateau_bench.analysis.gpu import evidence_for, gpu_metrics
-from plateau_bench.roofline import Deployment, build_roofline, decode_terms, find_link, model_from_json, prefill_terms
 from plateau_bench.roofline.hardware import GpuSpec, gpu_for_device
+from plateau_bench.roofline.measured import (
+    Ceilings,
+    DecodeSplit,
+    Measurement,
+    Step,
+    load,
+    render,
+)
 from plateau_bench.telemetry.gpu import open_nvml
 from plateau_bench.telemetry.samples import TelemetrySample
 
@@ -83,53 +77,6 @@ FULL_PLAN = {"batches": [1, 8, 32, 128, 256], "contexts": [512, 2048], "prefill"
              "copy_gib": 4.0, "matmul": 8192, "replays": 20, "warmup": 3, "min_window_s": 1.5}
 TINY_PLAN = {"batches": [1, 4], "contexts": [16, 32], "prefill": [16, 64], "copy_gib": 1 / 64, "matmul": 128,
              "replays": 3, "warmup": 1, "min_window_s": 0.0}
-COMPUTE_EFFICIENCY_FROM = 2048   # prefills at least this long measure the compute efficiency
-
-
-class Step(msgspec.Struct, frozen=True, kw_only=True):
-    kind: str                 # "decode" or "prefill"
-    batch: int                # sequences (decode) or 1 (prefill)
-    tokens: int               # tokens through the layers: batch (decode) or the prompt (prefill)
-    context: int              # decode: tokens each sequence attends to; prefill: the prompt
-    ms: float                 # median step time
-    ms_min: float
-    ms_max: float
-    samples: int
-    gpu: str | None = None    # what plateau's GPU analysis read during it (NVML), one sentence
-
-
-class DecodeSplit(msgspec.Struct, frozen=True, kw_only=True):
-    """Where a batch-1 decode step's time goes: its weight products alone, and the kernels it launches."""
-
-    batch: int
-    context: int
-    linears_ms: float         # only the step's weight matrix products (same shapes and order), one graph
-    linear_kernels: int       # how many products that is (4 a layer, and the head)
-    kernels: int | None       # GPU kernels one eager step launches (torch's profiler; None where it cannot tell)
-    prefill_tokens: int = 0   # the longest prefill, split the same way:
-    prefill_linears_ms: float = 0.0   # its weight products alone (the head for the last token only)
-
-
-class Ceilings(msgspec.Struct, frozen=True, kw_only=True):
-    copy_gbps: float          # bytes read + written per second, device to device
-    matmul_tflops: float      # dense bf16 matrix product
-
-
-class Measurement(msgspec.Struct, frozen=True, kw_only=True):
-    gpu_name: str             # as the device reports it
-    gpu_key: str | None       # the roofline catalogue's GPU, when the name is known to it
-    driver: str | None
-    cuda: str | None
-    torch: str
-    device: str               # "cuda" or "cpu"
-    dtype: str
-    graphs: bool              # decode timed as CUDA-graph replays
-    model: dict[str, Any]     # the Hugging Face config.json fields of the shape
-    ceilings: Ceilings
-    steps: list[Step]
-    nvml: list[str] = msgspec.field(default_factory=list)   # NVML readings summarised, or why there are none
-    measured_on: str = ""
-    split: DecodeSplit | None = None
 
 
 # -- the decoder ------------------------------------------------------------------------------------
@@ -454,148 +401,7 @@ def _nvml_lines(trace: NvmlTrace) -> list[str]:
     return parts
 
 
-# -- beside the roofline ----------------------------------------------------------------------------
-
-class Row(msgspec.Struct, frozen=True, kw_only=True):
-    step: Step
-    roofline_ms: float        # the roofline's step: overhead + the binding resource
-    work_ms: float            # the same without the fixed per-step overhead
-    memory_ms: float
-    compute_ms: float
-    binding: str              # "memory" or "compute" (one GPU: no interconnect)
-    efficiency: float         # the binding resource's roofline time over the measured step
-
-
-def compare(m: Measurement, gpu: GpuSpec) -> list[Row]:
-    """Every measured step beside the roofline of its shape on ``gpu`` (one GPU, bf16)."""
-    shape = model_from_json(msgspec.json.encode(m.model), "the measured shape")
-    rows = []
-    for s in m.steps:
-        d = Deployment(gpus=1, tp=1, dtype="bf16", kv_dtype="bf16", input_len=s.context, output_len=1)
-        rf = build_roofline(shape, gpu, d, find_link(None, gpu))
-        terms = decode_terms(rf, s.batch, s.context) if s.kind == "decode" else prefill_terms(rf, s.tokens)
-        memory, compute = (terms.weights_s + terms.kv_s) * 1e3, terms.compute_s * 1e3
-        work = max(memory, compute)
-        rows.append(Row(step=s, roofline_ms=terms.step_s * 1e3, work_ms=work, memory_ms=memory, compute_ms=compute,
-                        binding="memory" if memory >= compute else "compute", efficiency=work / s.ms))
-    return rows
-
-
-def linear_flops(config: dict[str, Any], tokens: int, head_rows: int) -> float:
-    """FLOPs of a step's weight products: ``tokens`` rows through every layer, ``head_rows`` through the head."""
-    c = config
-    hd, h, ffn = c["head_dim"], c["hidden_size"], c["intermediate_size"]
-    per_layer = h * (c["num_attention_heads"] + 2 * c["num_key_value_heads"]) * hd + c["num_attention_heads"] * hd * h
-    per_layer += 3 * h * ffn
-    return 2.0 * (c["num_hidden_layers"] * per_layer * tokens + c["vocab_size"] * h * head_rows)
-
-
-def derived_efficiencies(m: Measurement, rows: list[Row], gpu: GpuSpec) -> dict[str, float]:
-    """Fractions of the datasheet reached, read off a measurement (see the module docstring).
-
-    ``memory`` and ``compute``: the weight products alone (the batch-1 decode's read rate, the longest
-    prefill's FLOP rate), what the twin's defaults take; ``memory_step`` and ``compute_step``: whole
-    steps of this plain implementation (the medians of the memory-bound decodes and of the prefills of
-    ``COMPUTE_EFFICIENCY_FROM`` tokens and more), whose unfused small kernels engines fuse away."""
-    out: dict[str, float] = {}
-    first = next((r for r in rows if r.step.kind == "decode" and r.step.batch == 1), None)
-    if m.split is not None and first is not None and m.split.linears_ms > 0:
-        out["memory"] = round(first.memory_ms / m.split.linears_ms, 2)
-    if m.split is not None and m.split.prefill_linears_ms > 0:
-        rate = linear_flops(m.model, m.split.prefill_tokens, 1) / (m.split.prefill_linears_ms / 1e3)
-        out["compute"] = round(rate / (gpu_bf16(gpu) * 1e12), 2)
-    memory = [r.efficiency for r in rows if r.step.kind == "decode" and r.binding == "memory"]
-    compute = [r.efficiency for r in rows if r.step.kind == "prefill" and r.binding == "compute"
-               and r.step.tokens >= COMPUTE_EFFICIENCY_FROM]
-    if memory:
-        out["memory_step"] = round(statistics.median(memory), 2)
-    if compute:
-        out["compute_step"] = round(statistics.median(compute), 2)
-    return out
-
-
-def render(m: Measurement, gpu: GpuSpec | None) -> str:
-    """The measured table beside the roofline, the ceilings, the NVML readings, as text."""
-    lines = [f"{m.gpu_name} (driver {m.driver or '-'}, CUDA {m.cuda or '-'}, torch {m.torch}), "
-             f"{m.model['architectures'][0]} shape with random {m.dtype} weights, "
-             + ("decode as CUDA-graph replays" if m.graphs else "eager"),
-             f"measured copy {m.ceilings.copy_gbps:,.0f} GB/s (read + write), bf16 matrix product "
-             f"{m.ceilings.matmul_tflops:,.0f} TFLOP/s"]
-    if gpu is None:
-        lines.append("no roofline: the catalogue does not know this GPU (give --gpu)")
-        lines += [f"{s.kind:7} {s.batch:>5} {s.context:>6} {s.ms:>10.3f} ms" for s in m.steps]
-        return "\n".join(lines)
-    lines.append(f"roofline: {gpu.name}, datasheet {gpu_bandwidth(gpu):,.0f} GB/s and {gpu_bf16(gpu):,.1f} "
-                 f"TFLOP/s bf16; the copy moved {m.ceilings.copy_gbps / gpu_bandwidth(gpu):.0%} of the bandwidth, "
-                 f"the matrix product ran at {m.ceilings.matmul_tflops / gpu_bf16(gpu):.0%} of the peak")
-    lines.append("kind     batch  tokens  context   measured ms   roofline ms (work)   binds    efficiency")
-    rows = compare(m, gpu)
-    for r in rows:
-        s = r.step
-        lines.append(f"{s.kind:7} {s.batch:>6} {s.tokens:>7} {s.context:>8} {s.ms:>13.3f} {r.roofline_ms:>13.3f} "
-                     f"({r.work_ms:>7.3f})  {r.binding:8} {r.efficiency:>8.0%}")
-    derived = derived_efficiencies(m, rows, gpu)
-    lines.append("efficiency, weight products alone: " + _pairs(derived, ("memory", "compute"))
-                 + "; whole steps: " + _pairs(derived, ("memory_step", "compute_step")))
-    first = next((r for r in rows if r.step.kind == "decode" and r.step.batch == 1), None)
-    if first is not None:
-        gap = first.roofline_ms / first.step.ms - 1
-        lines.append(f"batch-1 decode: roofline {first.roofline_ms:.3f} ms against {first.step.ms:.3f} ms measured "
-                     f"({gap:+.1%}); its memory term alone {first.memory_ms:.3f} ms, the rest the roofline's "
-                     f"{first.roofline_ms - first.work_ms:.3f} ms per-step overhead")
-    if first is not None and m.split is not None:
-        lines += split_lines(m, first, gpu)
-    lines += [f"NVML: {line}" for line in m.nvml]
-    lines += [f"  {s.kind} {s.tokens}x{s.context}: {s.gpu}" for s in m.steps if s.gpu]
-    return "\n".join(lines)
-
-
-def _pairs(derived: dict[str, float], keys: tuple[str, str]) -> str:
-    return ", ".join(f"{k.split('_')[0]} {derived[k]:.2f}" for k in keys if k in derived) or "-"
-
-
-def split_lines(m: Measurement, first: Row, gpu: GpuSpec) -> list[str]:
-    """The batch-1 decode gap, resource by resource: the chip's copy rate, the products' own rate, the rest."""
-    sp = m.split
-    assert sp is not None
-    read_gb = first.memory_ms / 1e3 * gpu_bandwidth(gpu)            # GB the step must read
-    at_copy = read_gb / m.ceilings.copy_gbps * 1e3
-    rest_ms = first.step.ms - sp.linears_ms
-    out = [f"  memory at the datasheet's {gpu_bandwidth(gpu):,.0f} GB/s: {first.memory_ms:.3f} ms for "
-           f"{read_gb:.2f} GB; at the measured copy rate ({m.ceilings.copy_gbps:,.0f} GB/s): {at_copy:.3f} ms",
-           f"  the {sp.linear_kernels} weight products alone: {sp.linears_ms:.3f} ms, reading at "
-           f"{read_gb / (sp.linears_ms / 1e3):,.0f} GB/s ({read_gb / (sp.linears_ms / 1e3) / gpu_bandwidth(gpu):.0%} "
-           "of the datasheet)"]
-    if sp.kernels is not None and sp.kernels > sp.linear_kernels:
-        others = sp.kernels - sp.linear_kernels
-        out.append(f"  the other {others} kernels of the step (norms, rotary, attention, cache writes, residuals): "
-                   f"{rest_ms:.3f} ms, {rest_ms / others * 1e3:.1f} us each")
-    else:
-        out.append(f"  the rest of the step (norms, rotary, attention, cache writes, residuals): {rest_ms:.3f} ms")
-    prefill = next((s for s in m.steps if s.kind == "prefill" and s.tokens == sp.prefill_tokens), None)
-    if prefill is not None and sp.prefill_linears_ms > 0:
-        rate = linear_flops(m.model, sp.prefill_tokens, 1) / (sp.prefill_linears_ms / 1e3) / 1e12
-        out.append(f"prefill of {sp.prefill_tokens:,} tokens: its weight products alone {sp.prefill_linears_ms:.1f} ms "
-                   f"at {rate:,.0f} TFLOP/s ({rate / gpu_bf16(gpu):.0%} of the datasheet), the rest (attention, "
-                   f"norms, rotary, activations) {prefill.ms - sp.prefill_linears_ms:.1f} ms of {prefill.ms:.1f}")
-    return out
-
-
-def gpu_bandwidth(gpu: GpuSpec) -> float:
-    from plateau_bench.roofline.hardware import figure
-    return figure(gpu.bandwidth_gbps)
-
-
-def gpu_bf16(gpu: GpuSpec) -> float:
-    from plateau_bench.roofline.hardware import figure
-    return figure(gpu.tflops_bf16)
-
-
-def load(path: Path) -> Measurement:
-    return msgspec.json.decode(path.read_bytes(), type=Measurement)
-
-
-def _gpu(m: Measurement, given: str | None) -> GpuSpec | None:
+def catalogue_gpu(m: Measurement, given: str | None) -> GpuSpec | None:
     from plateau_bench.roofline import find_gpu
     if given:
         return find_gpu(given)
@@ -614,7 +420,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.render:
         saved = load(args.render)
-        print(render(saved, _gpu(saved, args.gpu)))
+        print(render(saved, catalogue_gpu(saved, args.gpu)))
         return
     import torch
 
@@ -627,7 +433,7 @@ def main() -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(msgspec.json.format(msgspec.json.encode(m), indent=1) + b"\n")
         print(f"wrote {out}")
-    print(render(m, _gpu(m, args.gpu)))
+    print(render(m, catalogue_gpu(m, args.gpu)))
     print(f"(wall time {time.monotonic() - started:.0f} s)")
 
 

@@ -1,6 +1,12 @@
 """Scaling the load out over processes (``--workers``): what one machine's load generator delivers.
 
-Usage: ``.venv/bin/python bench/scale_out.py [--quick] [--json PATH]``
+Usage: ``.venv/bin/python bench/scale_out.py [--quick] [--json PATH] [--workers -,1,2,auto]
+[--levels 256,1024,...] [--server-cores N]``
+
+``--server-cores N`` gives serve-sim the first N cores this process may use and the load processes
+the rest (both by affinity, which the pool's processes inherit and ``auto`` counts), so that server
+and client do not share cores: on a machine with cores to spare, what ``--workers`` itself gives.
+Without it (the default) they share every core.
 
 ``plateau serve-sim`` runs in a child process (preset ``tiny`` with its cap lifted to 16,384 and a
 KV cache for all of them, ``--speed 4``, ``--backlog 8192``). Its step time grows by 0.1 ms per
@@ -76,13 +82,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _serve_sim() -> tuple[subprocess.Popen[bytes], str]:
+def _split_cores(server_cores: int | None) -> tuple[list[int] | None, list[int] | None]:
+    """(serve-sim's cores, the load's cores) by affinity; (None, None) to share them all."""
+    if not server_cores:
+        return None, None
+    cores = sorted(os.sched_getaffinity(0))
+    if server_cores >= len(cores):
+        raise SystemExit(f"--server-cores {server_cores}: only {len(cores)} cores here, none left for the load")
+    return cores[:server_cores], cores[server_cores:]
+
+
+def _serve_sim(cores: list[int] | None) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
     args = [sys.executable, "-m", "plateau_bench", "serve-sim", "--preset", "tiny", "--max-num-seqs", "16384",
             "--kv-tokens", "4000000", "--speed", f"{SPEED:g}", "--backlog", "8192", "--port", str(port)]
     src = str(Path(__file__).resolve().parents[1] / "src")   # serve-sim from this checkout
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (src, os.environ.get("PYTHONPATH")))))
-    proc = subprocess.Popen(args, stderr=subprocess.PIPE, env=env)
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+    proc = subprocess.Popen(args, stderr=subprocess.PIPE, env=env, preexec_fn=pin)
     assert proc.stderr is not None
     for line in proc.stderr:
         if b"Ctrl-C to stop" in line:
@@ -151,32 +168,74 @@ async def _config(workers: int | str | None, url: str, levels: tuple[int, ...],
         return rows
 
 
-def _print(workers: int | str | None, row: dict[str, Any]) -> None:
+HEADER = "     C         workers procs      tok/s  cpu ms/1k  srv ms/1k   lag p99   TTFT err  connect p99  failed"
+
+
+def row_line(workers: int | str | None, row: dict[str, Any]) -> str:
     # "streams" marks the real-time figures (tests/test_readme.py does not compare them: machine noise)
-    print(f"{row['c']:>6} streams {_label(workers):>7} {row['processes']:>5}  {row['tok_s']:>9,.0f}  "
-          f"{row['cpu_ms_per_1k']:>9.1f}  {row['server_cpu_ms_per_1k']:>9.1f}  {row['lag_p99_ms'] or 0.0:>8.1f}  "
-          f"{row['ttft_err_ms']:>9.1f}  {row['connect_p99_ms'] or 0.0:>9.1f}  {row['failed']:>6}", flush=True)
+    return (f"{row['c']:>6} streams {_label(workers):>7} {row['processes']:>5}  {row['tok_s']:>9,.0f}  "
+            f"{row['cpu_ms_per_1k']:>9.1f}  {row['server_cpu_ms_per_1k']:>9.1f}  {row['lag_p99_ms'] or 0.0:>8.1f}  "
+            f"{row['ttft_err_ms']:>9.1f}  {row['connect_p99_ms'] or 0.0:>9.1f}  {row['failed']:>6}")
+
+
+def render(saved: dict[str, Any]) -> str:
+    """The table of a file ``--json`` wrote, as the run printed it."""
+    m = saved["machine"]
+    where = (f"{m['server_cores']} of {m['cores']} cores for serve-sim, {m['cores'] - m['server_cores']} for the load"
+             if m.get("server_cores") else f"{m['cores']} cores shared by serve-sim and the load")
+    lines = [f"serve-sim tiny (cap 16,384), speed x{m['speed']:g}, {m['output_tokens']}-token answers, steady levels "
+             f"of {m['duration_s']:g} s; {where} ({m.get('cpu') or 'CPU unknown'})", HEADER]
+    configs = saved["configs"]
+    lines += [row_line(_config_of(w), row) for w, rows in configs.items() for row in rows]
+    lines += [f"workers {w}: requests lost {sum(r['lost'] for r in rows)} over levels C="
+              + ",".join(str(r["c"]) for r in rows) for w, rows in configs.items()]
+    return "\n".join(lines)
+
+
+def _print(workers: int | str | None, row: dict[str, Any]) -> None:
+    print(row_line(workers, row), flush=True)
 
 
 def _label(workers: int | str | None) -> str:
     return "-" if workers is None else str(workers)
 
 
-async def _main(quick: bool) -> dict[str, list[dict[str, Any]]]:
-    ensure_open_files(files_needed(max(LEVELS) * 2))
-    levels = (256, 2048) if quick else LEVELS
-    server, url = _serve_sim()
+def _cpu_model() -> str | None:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), None)
+
+
+def _config_of(text: str) -> int | str | None:
+    if text in ("-", "None"):   # None: how --json names the in-process configuration
+        return None
+    if text == "auto":
+        return text
+    return int(text)
+
+
+async def _main(levels: tuple[int, ...], configs: tuple[int | str | None, ...],
+                server_cores: int | None) -> dict[str, list[dict[str, Any]]]:
+    ensure_open_files(files_needed(max(levels) * 2))
+    server_set, load_set = _split_cores(server_cores)
+    server, url = _serve_sim(server_set)
+    if load_set:
+        os.sched_setaffinity(0, load_set)
     out: dict[str, list[dict[str, Any]]] = {}
     try:
+        where = (f"{len(server_set)} cores for serve-sim, {len(load_set)} for the load" if server_set and load_set
+                 else f"{usable_cores()} cores shared by serve-sim and the load")
         print(f"serve-sim tiny (cap 16,384), speed x{SPEED:g}, {OUTPUT_TOKENS}-token answers, steady levels of "
-              f"{DURATION_S:g} s; {usable_cores()} cores shared by serve-sim and the load")
-        print("     C         workers procs      tok/s  cpu ms/1k  srv ms/1k   lag p99   TTFT err  connect p99  failed")
-        for workers in CONFIGS:
+              f"{DURATION_S:g} s; {where}")
+        print(HEADER)
+        for workers in configs:
             rows = await _config(workers, url, levels, server.pid)
             for row in rows:
                 _print(workers, row)
             out[str(workers)] = rows
-        for workers in CONFIGS:
+        for workers in configs:
             rows = out[str(workers)]
             print(f"workers {_label(workers)}: requests lost {sum(r['lost'] for r in rows)} over levels C="
                   + ",".join(str(r["c"]) for r in rows))
@@ -190,12 +249,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="two levels only")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--workers", default=",".join(_label(w) for w in CONFIGS),
+                        help="the load's configurations: - (this process), a number of processes, or auto")
+    parser.add_argument("--levels", help="concurrencies (default 256,1024,2048,4096,8192; --quick 256,2048)")
+    parser.add_argument("--server-cores", type=int, help="pin serve-sim to this many cores, the load to the rest")
+    parser.add_argument("--render", type=Path, help="print the table of a file --json wrote, and exit")
     args = parser.parse_args()
+    if args.render:
+        print(render(json.loads(args.render.read_text())))
+        return
+    levels = tuple(int(c) for c in args.levels.split(",")) if args.levels else (256, 2048) if args.quick else LEVELS
+    configs = tuple(_config_of(w.strip()) for w in args.workers.split(","))
+    cores = len(os.sched_getaffinity(0))
     started = time.monotonic()
-    figures = run_async(_main(args.quick))
+    figures = run_async(_main(levels, configs, args.server_cores))
     print(f"(wall time {time.monotonic() - started:.0f} s)")
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2))
+        machine = {"cores": cores,
+                   "cpu": _cpu_model(), "server_cores": args.server_cores, "duration_s": DURATION_S,
+                   "speed": SPEED, "output_tokens": OUTPUT_TOKENS}
+        Path(args.json).write_text(json.dumps({"machine": machine, "configs": figures}, indent=2))
 
 
 if __name__ == "__main__":

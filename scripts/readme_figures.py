@@ -153,6 +153,39 @@ def _what_if_table() -> str:
     ])
 
 
+def _bench(name: str) -> object:
+    """A benchmark script of bench/ as a module (its render functions read the committed measurements)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # msgspec looks a struct's module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+GPU_TRUTH = "bench/data/gpu_truth-h200-sxm.json"
+SCALE_OUT_16 = "bench/data/scale_out-16core.json"
+
+
+def _gpu_truth_table() -> str:
+    """The committed H200 measurement beside today's roofline (bench/gpu_truth.py --render)."""
+    gpu_truth = _bench("gpu_truth")
+    saved = gpu_truth.load(ROOT / GPU_TRUTH)  # type: ignore[attr-defined]
+    rendered = gpu_truth.render(saved, gpu_truth.catalogue_gpu(saved, None))  # type: ignore[attr-defined]
+    return f"{FENCE}\n$ python bench/gpu_truth.py --render {GPU_TRUTH}\n{rendered}\n{FENCE}"
+
+
+def _scale_out_16_table() -> str:
+    """The committed 16-core scale-out run (bench/scale_out.py --render)."""
+    import json
+
+    scale_out = _bench("scale_out")
+    rendered = scale_out.render(json.loads((ROOT / SCALE_OUT_16).read_text()))  # type: ignore[attr-defined]
+    return f"{FENCE}\n$ .venv/bin/python bench/scale_out.py --render {SCALE_OUT_16}\n{rendered}\n{FENCE}"
+
+
 BLOCKS = {
     block.name: block
     for block in (
@@ -185,6 +218,12 @@ BLOCKS = {
               rel=0.01, abs=0.01, slow=True),
         Block("fidelity", "the twin against the reference runs, with the bands tests/sim/test_fidelity.py asserts",
               rel=0.01, abs=0.01, figure=_fidelity_table),
+        Block("gpu-truth", f"{GPU_TRUTH} (bench/gpu_truth.py on an H200) beside the roofline as the package "
+              "computes it today", rel=0.001, abs=0.001, figure=_gpu_truth_table),
+        Block("twin-defaults", "a first-principles twin of Llama-3.1-8B on one H200: the measured default "
+              "efficiencies, then one factor of 0.5 (virtual time)", rel=0.01, abs=0.01),
+        Block("scale-out-16", f"{SCALE_OUT_16} (bench/scale_out.py on 16 cores, serve-sim on 2 of them)",
+              rel=0.0, abs=0.0, figure=_scale_out_16_table),
         Block("llamacpp-tune", "plateau tune starting llama-server at --parallel 2..16, brute force as a check "
               "(real servers, ~8 min)", rel=0.25, abs=3.0, slow=True, needs="llamacpp-binary",
               excerpt_from="plateau tune: throughput",

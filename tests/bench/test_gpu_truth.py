@@ -14,7 +14,7 @@ from types import ModuleType
 import msgspec
 import pytest
 
-from plateau_bench.roofline import find_gpu
+from plateau_bench.roofline import find_gpu, measured
 from plateau_bench.roofline.efficiency import measured_efficiency
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +62,7 @@ def test_the_weight_products_alone_are_counted_as_the_step_has_them() -> None:
     assert model.linears(x, wide, 1) == 4 * 2 + 1
     c = gpu_truth.LLAMA_8B
     per_layer = 4096 * (32 + 16) * 128 + 32 * 128 * 4096 + 3 * 4096 * 14336
-    assert gpu_truth.linear_flops(c, 8192, 1) == 2.0 * (32 * per_layer * 8192 + 128256 * 4096)
+    assert measured.linear_flops(c, 8192, 1) == 2.0 * (32 * per_layer * 8192 + 128256 * 4096)
 
 
 def test_the_tiny_shape_runs_on_the_cpu_and_its_file_renders(tmp_path: Path) -> None:
@@ -71,7 +71,7 @@ def test_the_tiny_shape_runs_on_the_cpu_and_its_file_renders(tmp_path: Path) -> 
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_truth.py"), "--tiny", "--device", "cpu",
                            "--gpu", "h200-sxm", "--json", str(out)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    saved = gpu_truth.load(out)
+    saved = measured.load(out)
     assert saved.device == "cpu" and saved.gpu_key is None and not saved.graphs
     kinds = [(s.kind, s.batch, s.context) for s in saved.steps]
     assert kinds == [("decode", b, c) for c in (16, 32) for b in (1, 4)] + [("prefill", 1, 16), ("prefill", 1, 64)]
@@ -85,7 +85,7 @@ def test_the_tiny_shape_runs_on_the_cpu_and_its_file_renders(tmp_path: Path) -> 
 
 
 def test_the_saved_h200_measurement_is_whole() -> None:
-    saved = gpu_truth.load(SAVED)
+    saved = measured.load(SAVED)
     assert saved.gpu_name == "NVIDIA H200" and saved.gpu_key == "h200-sxm" and saved.graphs
     assert saved.driver and saved.cuda and saved.torch
     assert saved.model == gpu_truth.LLAMA_8B
@@ -98,9 +98,9 @@ def test_the_saved_h200_measurement_is_whole() -> None:
 
 def test_the_twins_default_efficiencies_are_the_saved_measurements() -> None:
     """roofline/efficiency.json ships what derived_efficiencies reads off the committed file."""
-    saved = gpu_truth.load(SAVED)
+    saved = measured.load(SAVED)
     gpu = find_gpu("h200-sxm")
-    derived = gpu_truth.derived_efficiencies(saved, gpu_truth.compare(saved, gpu), gpu)
+    derived = measured.derived_efficiencies(saved, measured.compare(saved, gpu), gpu)
     shipped = measured_efficiency()
     assert (shipped.memory, shipped.compute) == (derived["memory"], derived["compute"])
     # The whole steps of the plain implementation reach less: its small kernels are not fused.
@@ -110,16 +110,16 @@ def test_the_twins_default_efficiencies_are_the_saved_measurements() -> None:
 def test_the_batch_1_gap_is_explained_resource_by_resource() -> None:
     """The roofline's batch-1 decode against the measured step: the weight products read at most at
     the copy rate the chip showed, and the products plus the rest add up to the step."""
-    saved = gpu_truth.load(SAVED)
+    saved = measured.load(SAVED)
     gpu = find_gpu("h200-sxm")
-    first = next(r for r in gpu_truth.compare(saved, gpu) if r.step.kind == "decode" and r.step.batch == 1)
+    first = next(r for r in measured.compare(saved, gpu) if r.step.kind == "decode" and r.step.batch == 1)
     assert first.binding == "memory"
-    read_gb = first.memory_ms / 1e3 * gpu_truth.gpu_bandwidth(gpu)
+    read_gb = first.memory_ms / 1e3 * measured.gpu_bandwidth(gpu)
     assert 14.5 < read_gb < 15.5                                   # the 8B's weights less its embedding
     assert saved.split is not None
     products_rate = read_gb / (saved.split.linears_ms / 1e3)
     assert products_rate <= saved.ceilings.copy_gbps               # no faster than the chip moves bytes
-    lines = gpu_truth.render(saved, gpu).split("\n")
+    lines = measured.render(saved, gpu).split("\n")
     assert any(line.startswith("batch-1 decode: roofline") for line in lines)
     assert any("weight products alone" in line and "GB/s" in line for line in lines)
     assert any(line.startswith("  the other ") and "kernels of the step" in line for line in lines)
@@ -127,4 +127,4 @@ def test_the_batch_1_gap_is_explained_resource_by_resource() -> None:
 
 def test_the_saved_file_decodes_as_plain_json() -> None:
     raw = json.loads(SAVED.read_text())
-    assert msgspec.convert(raw, gpu_truth.Measurement) == gpu_truth.load(SAVED)
+    assert msgspec.convert(raw, measured.Measurement) == measured.load(SAVED)

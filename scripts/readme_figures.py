@@ -221,7 +221,8 @@ BLOCKS = {
         Block("gpu-truth", f"{GPU_TRUTH} (bench/gpu_truth.py on an H200) beside the roofline as the package "
               "computes it today", rel=0.001, abs=0.001, figure=_gpu_truth_table),
         Block("twin-defaults", "a first-principles twin of Llama-3.1-8B on one H200: the measured default "
-              "efficiencies, then one factor of 0.5 (virtual time)", rel=0.01, abs=0.01),
+              "efficiencies, then one factor of 0.5 (virtual time, two processes: ~3 s)", rel=0.01, abs=0.01,
+              slow=True),
         Block("scale-out-16", f"{SCALE_OUT_16} (bench/scale_out.py on 16 cores, serve-sim on 2 of them)",
               rel=0.0, abs=0.0, figure=_scale_out_16_table),
         Block("llamacpp-tune", "plateau tune starting llama-server at --parallel 2..16, brute force as a check "

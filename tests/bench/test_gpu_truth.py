@@ -65,6 +65,7 @@ def test_the_weight_products_alone_are_counted_as_the_step_has_them() -> None:
     assert measured.linear_flops(c, 8192, 1) == 2.0 * (32 * per_layer * 8192 + 128256 * 4096)
 
 
+@pytest.mark.slow   # two processes that import torch: ~3 s
 def test_the_tiny_shape_runs_on_the_cpu_and_its_file_renders(tmp_path: Path) -> None:
     _torch()
     out = tmp_path / "tiny.json"

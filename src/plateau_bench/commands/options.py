@@ -14,6 +14,7 @@ import msgspec
 import typer
 from rich.console import Console
 
+from plateau_bench.commands.config_file import load_config
 from plateau_bench.errors import ConfigError, PlateauError
 from plateau_bench.spec import (
     DEFAULT_SESSION_HEADER,
@@ -101,6 +102,14 @@ Tokenizer = Annotated[str | None, typer.Option("--tokenizer", help="Local Huggin
 Out = Annotated[Path | None, typer.Option("--out", help="Result directory (result.json, requests.jsonl, "
                                           "telemetry.jsonl).", rich_help_panel=OUTPUT)]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No live view.", rich_help_panel=OUTPUT)]
+CONFIG = "Config file"
+ConfigFile = Annotated[Path | None, typer.Option(
+    "--config", help="Read the flags from this YAML file (keys: the flags without the dashes, e.g. input-len: "
+    "1024); flags given here override it. A result directory's config.yaml measures the same thing again.",
+    is_eager=True, callback=load_config, expose_value=False, rich_help_panel=CONFIG)]
+PrintConfig = Annotated[bool, typer.Option(
+    "--print-config", help="Print the flags given (file and command line) as a config file, and exit.",
+    rich_help_panel=CONFIG)]
 Json = Annotated[bool, typer.Option("--json", help="Print the machine summary (JSON) only.",
                                     rich_help_panel=OUTPUT)]
 Workers = Annotated[str | None, typer.Option(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import msgspec
@@ -11,6 +12,7 @@ import typer
 from plateau_bench.aio import first_interrupt_finishes, interrupted_by, interrupted_exit_code
 from plateau_bench.aio import run as run_async
 from plateau_bench.commands import options as o
+from plateau_bench.commands.config_file import ConfiguredCommand, note_result_dir
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.live import LiveView
 from plateau_bench.report.terminal import run_report
@@ -89,6 +91,8 @@ def run_cmd(
     overwrite: o.Overwrite = False,
     quiet: o.Quiet = False,
     as_json: o.Json = False,
+    config_file: o.ConfigFile = None,
+    print_config: o.PrintConfig = False,
     repeat: o.Repeat = 1,
     preset: o.Preset = "tiny",
     sim_speed: o.SimSpeed = 1.0,
@@ -132,6 +136,8 @@ def run_cmd(
                                            existing="overwrite" if overwrite else "refuse",
                                            gpu_metrics_urls=dcgm_urls, workers=load_workers, ray=ray_address,
                                      workers_per_node=per_node, repeat=repeat)
+        if out is not None:
+            note_result_dir(out)
         if as_json:
             typer.echo(msgspec.json.format(msgspec.json.encode(done.result.levels[0]), indent=2).decode())
         else:
@@ -146,11 +152,17 @@ def run_cmd(
     try:
         run_async(main())
     except KeyboardInterrupt:
-        # Stopped at once (a second Ctrl-C, SIGTERM): the level has no figures; what it measured is on disk.
-        kept = f"its finished requests are in {out / 'requests.jsonl'}" if out else "nothing was saved (no --out)"
-        print(f"plateau: {interrupted_by()} before the level finished; {kept}", file=sys.stderr)
-        raise SystemExit(interrupted_exit_code()) from None
+        _stopped_at_once(out)
+
+
+def _stopped_at_once(out: Path | None) -> None:
+    """A second Ctrl-C or SIGTERM: the level has no figures; what it measured is on disk."""
+    kept = f"its finished requests are in {out / 'requests.jsonl'}" if out else "nothing was saved (no --out)"
+    if out is not None and (out / "requests.jsonl").exists():
+        note_result_dir(out)
+    print(f"plateau: {interrupted_by()} before the level finished; {kept}", file=sys.stderr)
+    raise SystemExit(interrupted_exit_code()) from None
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run")(run_cmd)
+    app.command("run", cls=ConfiguredCommand)(run_cmd)

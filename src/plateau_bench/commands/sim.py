@@ -11,7 +11,8 @@ from rich.table import Table
 
 from plateau_bench.aio import run as run_async
 from plateau_bench.commands import roofline_opts as r
-from plateau_bench.commands.options import Overwrite, Repeat, wide_console, workload_spec
+from plateau_bench.commands.config_file import ConfiguredCommand, note_result_dir
+from plateau_bench.commands.options import ConfigFile, Overwrite, PrintConfig, Repeat, wide_console, workload_spec
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.repeats import repeat_table
 from plateau_bench.report.terminal import seed_line
@@ -207,6 +208,8 @@ def sim_cmd(
     efficiency: r.Efficiency = None,
     efficiency_from: r.EfficiencyFrom = None,
     repeat: Repeat = 1,
+    config_file: ConfigFile = None,
+    print_config: PrintConfig = False,
 ) -> None:
     """Simulate load levels in virtual time (no GPU, no model): what if the cap were N?"""
     from plateau_bench.sim.presets import preset_summary
@@ -246,6 +249,7 @@ def sim_cmd(
     if repeat > 1:
         wide_console().print(repeat_table(done.result.levels))
     if out is not None:
+        note_result_dir(out)
         typer.echo(f"results: {out}")
 
 
@@ -336,5 +340,5 @@ def serve_sim_cmd(
 
 def register(app: typer.Typer) -> None:
     app.command("presets")(presets_cmd)
-    app.command("sim")(sim_cmd)
+    app.command("sim", cls=ConfiguredCommand)(sim_cmd)
     app.command("serve-sim")(serve_sim_cmd)

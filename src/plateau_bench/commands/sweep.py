@@ -16,6 +16,7 @@ from plateau_bench.analysis.plateau import SearchConfig
 from plateau_bench.analysis.slo import parse_slo
 from plateau_bench.commands import options as o
 from plateau_bench.commands import roofline_opts as r
+from plateau_bench.commands.config_file import ConfiguredCommand, note_result_dir
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.live import LiveView
 from plateau_bench.report.terminal import sweep_report
@@ -192,6 +193,8 @@ def sweep_cmd(
     overwrite: o.Overwrite = False,
     quiet: o.Quiet = False,
     as_json: o.Json = False,
+    config_file: o.ConfigFile = None,
+    print_config: o.PrintConfig = False,
     repeat: o.Repeat = 1,
     preset: o.Preset = "tiny",
     sim_speed: o.SimSpeed = 1.0,
@@ -245,6 +248,7 @@ def sweep_cmd(
                                      existing="resume" if resume else "overwrite" if overwrite or out is None
                                      else "refuse", gpu_metrics_urls=dcgm_urls, roofline=ceiling,
                                      workers=load_workers, ray=ray_address, workers_per_node=per_node)
+        note_result_dir(out_dir)
         if as_json:
             data = msgspec.to_builtins(done.result)
             data["out"] = str(out_dir)
@@ -256,6 +260,8 @@ def sweep_cmd(
     try:
         code = run_async(main())
     except KeyboardInterrupt:
+        if (out_dir / "result.json").exists():
+            note_result_dir(out_dir)
         print(f"plateau: {interrupted_by()}; finished levels are saved in {out_dir} "
               f"(continue with --resume {out_dir})", file=sys.stderr)
         raise SystemExit(interrupted_exit_code()) from None
@@ -278,4 +284,4 @@ def _exit_code(result: ResultFile, out_dir: Path, interrupts: Interrupts) -> int
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sweep")(sweep_cmd)
+    app.command("sweep", cls=ConfiguredCommand)(sweep_cmd)

@@ -19,6 +19,7 @@ from plateau_bench.aio import run as run_async
 from plateau_bench.analysis.plateau import SearchConfig
 from plateau_bench.analysis.slo import parse_slo
 from plateau_bench.commands import options as o
+from plateau_bench.commands.config_file import ConfiguredCommand, note_result_dir
 from plateau_bench.errors import ConfigError
 from plateau_bench.result import LevelResult, ResultFile
 from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration, parse_int_list
@@ -99,6 +100,8 @@ def tune_cmd(  # long: one option per line
     out: Annotated[Path, typer.Option("--out", help="Directory for the sweeps, server logs and tune.json.")]
     = Path("runs/tune"),
     as_json: o.Json = False,
+    config_file: o.ConfigFile = None,
+    print_config: o.PrintConfig = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No line per server start and level.")] = False,
 ) -> None:
     """Find the best server setting: measure one, calibrate the twin, measure only what it predicts best."""
@@ -133,6 +136,7 @@ def tune_cmd(  # long: one option per line
                               brute_force=brute_force, serve=serve))
     text = msgspec.json.format(msgspec.json.encode(done), indent=2).decode()
     (out / "tune.json").write_text(text + "\n")
+    note_result_dir(out)
     if as_json:
         typer.echo(text)
         return
@@ -166,4 +170,4 @@ def print_tune(console: Console, done: object, grid: int) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("tune")(tune_cmd)
+    app.command("tune", cls=ConfiguredCommand)(tune_cmd)

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Regenerate the example outputs and figures in README.md, in place.
+"""Regenerate the example outputs and figures in README.md and the docs pages, in place.
 
     .venv/bin/python scripts/readme_figures.py                 # every block this machine can run
     .venv/bin/python scripts/readme_figures.py sim-a fidelity  # only these blocks
     .venv/bin/python scripts/readme_figures.py --list          # the blocks, what they need, how long
 
-A block is everything between ``<!-- generated:NAME -->`` and ``<!-- /generated -->`` in README.md;
+A block is everything between ``<!-- generated:NAME -->`` and ``<!-- /generated -->`` in README.md or
+a page of docs/ (each name in one place);
 only those lines are rewritten, so running the script again rewrites the same blocks and leaves the
 prose around them alone. Two kinds:
 
@@ -19,7 +20,7 @@ prose around them alone. Two kinds:
   bands tests/sim/test_fidelity.py asserts).
 
 tests/test_readme.py reruns the fast blocks (and, marked slow, the demo sweep) and fails when a
-number in README.md drifts from the rerun by more than the block's stated tolerance.
+number in README.md or the docs drifts from the rerun by more than the block's stated tolerance.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 sys.path.insert(0, str(ROOT / "tests"))  # the test-only support package (tests/support)
 
 BEGIN = re.compile(r"^<!-- generated:(?P<name>[a-z0-9-]+) -->$")
@@ -247,7 +249,7 @@ def blocks_in(text: str) -> list[tuple[str, int, int]]:
         if match:
             end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == END), None)
             if end is None:
-                raise SystemExit(f"README.md:{i + 1}: {lines[i].strip()} has no {END}")
+                raise SystemExit(f"line {i + 1}: {lines[i].strip()} has no {END}")
             found.append((match["name"], i + 1, end))
             i = end
         i += 1
@@ -259,7 +261,23 @@ def block_text(text: str, name: str) -> str:
     for found, start, end in blocks_in(text):
         if found == name:
             return "\n".join(lines[start:end])
-    raise KeyError(f"README.md has no generated block {name!r}")
+    raise KeyError(f"no generated block {name!r} on this page")
+
+
+def pages() -> list[Path]:
+    """README.md and every page of the docs."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def located() -> dict[str, Path]:
+    """Each generated block's name -> the page it is on."""
+    where: dict[str, Path] = {}
+    for page in pages():
+        for name, _, _ in blocks_in(page.read_text()):
+            if name in where:
+                raise SystemExit(f"generated block {name!r} is on two pages: {where[name]} and {page}")
+            where[name] = page
+    return where
 
 
 BENCH = ".venv/bin/python bench/"
@@ -350,7 +368,7 @@ def replace_block(text: str, name: str, content: str) -> str:
     for found, start, end in blocks_in(text):
         if found == name:
             return "\n".join([*lines[:start], content, *lines[end:]])
-    raise KeyError(f"README.md has no generated block {name!r}")
+    raise KeyError(f"no generated block {name!r} on this page")
 
 
 def can_run(block: Block) -> str | None:
@@ -368,34 +386,33 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="blocks to regenerate (default: all this machine can run)")
     parser.add_argument("--list", action="store_true", help="list the blocks and exit")
-    parser.add_argument("--readme", type=Path, default=README)
     args = parser.parse_args()
-    text = args.readme.read_text()
-    present = [name for name, _, _ in blocks_in(text)]
+    where = located()
     if args.list:
-        for name in present:
+        for name, page in where.items():
             block = BLOCKS.get(name)
             about = block.about if block else "(unknown block)"
             why = can_run(block) if block else None
             flags = (" [slow]" if block and block.slow else "") + (f" [cannot run: {why}]" if why else "")
-            print(f"{name:16} {about}{flags}")
+            print(f"{name:16} {page.relative_to(ROOT)}: {about}{flags}")
         return 0
-    unknown = [name for name in [*args.names, *present] if name not in BLOCKS]
+    unknown = [name for name in [*args.names, *where] if name not in BLOCKS]
     if unknown:
         print(f"unknown block(s): {', '.join(unknown)}; known: {', '.join(BLOCKS)}", file=sys.stderr)
         return 2
-    for name in args.names or present:
-        if name not in present:
-            print(f"README.md has no block {name!r}", file=sys.stderr)
+    for name in args.names or list(where):
+        if name not in where:
+            print(f"no page has the block {name!r}", file=sys.stderr)
             return 2
-        block = BLOCKS[name]
+        block, page = BLOCKS[name], where[name]
         why = can_run(block)
         if why:
             print(f"{name}: skipped, {why}", file=sys.stderr)
             continue
-        print(f"{name}: generating ({block.about})", file=sys.stderr)
-        text = replace_block(text, name, generate(block, block_text(text, name)))
-        args.readme.write_text(text)  # after each block, so an interrupted run keeps what it made
+        print(f"{name}: generating ({block.about}) in {page.relative_to(ROOT)}", file=sys.stderr)
+        text = page.read_text()
+        # after each block, so an interrupted run keeps what it made
+        page.write_text(replace_block(text, name, generate(block, block_text(text, name))))
     return 0
 
 

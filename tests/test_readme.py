@@ -1,6 +1,6 @@
-"""The README's example outputs and figures are what the commands shown produce today.
+"""The README's and the docs' example outputs and figures are what the commands shown produce today.
 
-Each ``<!-- generated:NAME -->`` block of README.md is rerun with scripts/readme_figures.py (the same
+Each ``<!-- generated:NAME -->`` block of README.md or a docs page is rerun with scripts/readme_figures.py (the same
 code that wrote it) and its numbers are compared with the README's, in order, each within the block's
 tolerance (``|readme - rerun| <= max(rel * |rerun|, abs)``, see BLOCKS in the script), the two aligned
 on their words with the numbers masked: layout, wording and spacing may change freely, figures may not
@@ -39,7 +39,7 @@ def _load_script() -> ModuleType:
 
 
 figures = _load_script()
-README = (ROOT / "README.md").read_text()
+WHERE = figures.located()   # block name -> the page it is on
 
 
 def numbers(content: str) -> list[tuple[float, str]]:
@@ -93,7 +93,7 @@ def drift(readme: str, rerun: str, rel: float, abs_: float,
 
 def _check(name: str) -> None:
     block = figures.BLOCKS[name]
-    current = figures.block_text(README, name)
+    current = figures.block_text(WHERE[name].read_text(), name)
     rerun = figures.generate(block, current)
     moved = drift(current, rerun, block.rel, block.abs, block.loose, block.spare)
     assert not moved, (f"README block {name!r} no longer matches its commands; rerun "
@@ -101,10 +101,11 @@ def _check(name: str) -> None:
 
 
 def test_every_generated_block_is_known_and_closed() -> None:
-    present = [name for name, _, _ in figures.blocks_in(README)]
-    assert sorted(present) == sorted(figures.BLOCKS), present
-    lines = [line.strip() for line in README.split("\n")]
-    assert sum(line.startswith("<!-- generated:") for line in lines) == lines.count(figures.END) == len(present)
+    assert sorted(WHERE) == sorted(figures.BLOCKS), sorted(WHERE)
+    for page in figures.pages():
+        lines = [line.strip() for line in page.read_text().split("\n")]
+        present = figures.blocks_in(page.read_text())
+        assert sum(line.startswith("<!-- generated:") for line in lines) == lines.count(figures.END) == len(present)
 
 
 def test_numbers_are_compared_not_layout() -> None:
@@ -122,10 +123,11 @@ def test_numbers_are_compared_not_layout() -> None:
 
 
 def test_rewriting_a_block_twice_changes_nothing_else(tmp_path: Path) -> None:
-    once = figures.replace_block(README, "fidelity", "X")
+    page = WHERE["fidelity"].read_text()
+    once = figures.replace_block(page, "fidelity", "X")
     twice = figures.replace_block(once, "fidelity", "X")
     assert once == twice
-    assert once.replace("\nX\n", "\n" + figures.block_text(README, "fidelity") + "\n") == README
+    assert once.replace("\nX\n", "\n" + figures.block_text(page, "fidelity") + "\n") == page
 
 
 @pytest.mark.parametrize("name", [name for name, block in figures.BLOCKS.items() if not block.slow])

@@ -45,8 +45,7 @@ ModelConfig = Annotated[Path | None, typer.Option(
                     "left after the weights.", rich_help_panel=TWIN_PANEL)]
 Efficiency = Annotated[float | None, typer.Option(
     "--efficiency", help="--model: the fraction of the roofline the engine reaches, one factor for every resource "
-                         "(default: per resource as measured on a GPU, 0.79 of the memory bandwidth, 0.69 of the "
-                         "compute peak, 0.5 of the interconnect).",
+                         "(default: one per resource, measured on a GPU; the first line of the output says them).",
     rich_help_panel=TWIN_PANEL)]
 EfficiencyFrom = Annotated[Path | None, typer.Option(
     "--efficiency-from", help="--model: read the efficiency off a measured sweep of this deployment "

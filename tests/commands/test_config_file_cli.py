@@ -123,3 +123,10 @@ def test_a_sweeps_config_sends_new_prompt_text_unless_the_salt_was_given(tmp_pat
     assert specs[0] == specs[1] and salts[0] != salts[1]   # the same benchmark, new prompt text
     assert plateau([*argv, "--prompt-salt", str(salts[0]), "--out", str(third)], capsys)[0] == 0
     assert keys((third / "config.yaml").read_text())["prompt-salt"] == salts[0]   # asked for: kept
+
+
+def test_a_header_named_secret_on_the_command_line_is_not_written(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = plateau(["sweep", "--print-config", "--header", "X-Tenant:hunter2", "--header", "X-Team:a",
+                            "--secret-header", "X-Tenant"], capsys)
+    assert code == 0 and "hunter2" not in out and keys(out)["header"] == ["X-Team:a"]

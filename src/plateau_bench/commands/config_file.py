@@ -118,6 +118,7 @@ def effective(command: Any, ctx: typer.Context, *, keep: bool) -> tuple[dict[str
     left out and why. ``keep``: for a result directory (the output and resume flags left out too)."""
     out: dict[str, Any] = {}
     left: list[str] = []
+    named = {str(n).strip().lower() for n in ctx.params.get("secret_header") or ()}   # --secret-header NAME
     for p in command.params:
         name, opts = p.name, [o for o in getattr(p, "opts", []) if o.startswith("--")]
         if not opts or name not in ctx.params or name in ("config_file", "print_config"):
@@ -131,18 +132,18 @@ def effective(command: Any, ctx: typer.Context, *, keep: bool) -> tuple[dict[str
             continue
         if keep and name in _NOT_KEPT:
             continue
-        out[key] = _plain(name, value, left)
+        out[key] = _plain(name, value, left, named)
     return out, left
 
 
-def _plain(name: str, value: Any, left: list[str]) -> Any:
+def _plain(name: str, value: Any, left: list[str], named: set[str]) -> Any:
     if name == "url" and isinstance(value, str):
         bare, userinfo = split_userinfo(value)
         if userinfo is not None:
             left.append("url: its user and password, never written")
         return bare
     if name == "header" and isinstance(value, list | tuple):
-        kept = [h for h in value if not is_secret_header(str(h).partition(":")[0].strip())]
+        kept = [h for h in value if not is_secret_header(str(h).partition(":")[0], tuple(named))]
         if len(kept) < len(value):
             left.append("header: secret headers, never written")
         return kept
@@ -151,7 +152,7 @@ def _plain(name: str, value: Any, left: list[str]) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, list | tuple):
-        return [_plain("", v, left) for v in value]
+        return [_plain("", v, left, named) for v in value]
     return value
 
 

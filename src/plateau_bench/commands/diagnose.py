@@ -14,6 +14,7 @@ from plateau_bench.analysis.open_loop import rate_summary
 from plateau_bench.analysis.plateau import plateau_and_knee
 from plateau_bench.analysis.roofline_place import place_on_roofline
 from plateau_bench.commands import roofline_opts as r
+from plateau_bench.commands.groups import grouped
 from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ResultsError
 from plateau_bench.report.terminal import cache_line, level_table, summary_sentence, verdict_text
@@ -41,24 +42,17 @@ def _twin_what_if(path: Path, verdict: Verdict, result: ResultFile) -> Verdict:
     return run_async(twin_what_if(model, verdict, workload, str(path)))
 
 
+@grouped
 def diagnose_cmd(
     run_dir: Annotated[Path, typer.Argument(help="A result directory written by sweep, run or sim.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON only.")] = False,
-    roofline: r.RooflinePath = None,
-    gpu: r.Gpu = None,
-    gpu_spec: r.GpuSpecFile = None,
-    gpus: r.Gpus = None,
-    tp: r.Tp = None,
-    ep: r.Ep = None,
-    dtype: r.Dtype = None,
-    kv_dtype: r.KvDtype = None,
-    interconnect: r.Interconnect = None,
+    hardware: r.RooflineFlags = r.NO_ROOFLINE,
     calibrated: Annotated[Path | None, typer.Option("--calibrated", help="Answer the cap what-if with the twin "
                                                     "calibrated on this (a model from plateau calibrate, or a "
                                                     "result directory: the run itself)")] = None,
 ) -> None:
     """Say why throughput stopped growing in a saved sweep, with evidence and what to try next."""
-    ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect)
+    ceiling = hardware.ceiling()
     result = load_result(run_dir)
     levels = result.levels
     if not levels:

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 
 from plateau_bench.commands.config_file import load_config
+from plateau_bench.commands.groups import OptionGroup
 from plateau_bench.errors import ConfigError, PlateauError
 from plateau_bench.spec import (
     DEFAULT_SESSION_HEADER,
@@ -351,3 +352,93 @@ def trace_level(workload: WorkloadSpec, time_scale: float, max_concurrency: int 
                       max_concurrency=max_concurrency, time_scale=time_scale)
     level.validate()
     return level
+
+
+# -- option groups (``commands.groups``): the flags above, as the structs the commands take --------------
+
+class TargetFlags(OptionGroup, frozen=True, kw_only=True):
+    """The server, how to reach it, and where its telemetry is (run, sweep)."""
+
+    url: Url = None
+    model: Model = None
+    endpoint: Endpoint = "completions"
+    api_key: ApiKey = None
+    header: Headers = None
+    secret_header: SecretHeader = None
+    timeout: Timeout = "600s"
+    wait_ready: WaitReady = None
+    metrics_url: MetricsUrl = None
+    no_metrics: NoMetrics = False
+    gpu_metrics_url: GpuMetricsUrl = None
+
+    def spec(self, base_url: str) -> TargetSpec:
+        """The validated target at ``base_url`` (the URL given, or the embedded twin's)."""
+        return target_spec(base_url, self.model, self.endpoint, self.api_key, self.header, self.timeout,
+                           self.secret_header)
+
+    def wait_ready_s(self) -> float | None:
+        return parse_duration(self.wait_ready, "--wait-ready") if self.wait_ready else None
+
+    def dcgm_urls(self) -> list[str]:
+        return gpu_metrics_urls(self.gpu_metrics_url)
+
+
+class TwinFlags(OptionGroup, frozen=True, kw_only=True):
+    """The simulated engine started when no ``--url`` is given."""
+
+    preset: Preset = "tiny"
+    sim_speed: SimSpeed = 1.0
+
+
+class PlacementFlags(OptionGroup, frozen=True, kw_only=True):
+    """Where the load runs: this process, ``--workers`` processes, or Ray actors."""
+
+    workers: Workers = None
+    ray: Ray = None
+    workers_per_node: WorkersPerNode = None
+
+    def resolve(self) -> tuple[int | str | None, str | None, int]:
+        return load_placement(self.workers, self.ray, self.workers_per_node)
+
+
+class WorkloadFlags(OptionGroup, frozen=True, kw_only=True):
+    """What each request asks: lengths, prompts, shared prefixes, sessions, a trace (run, sweep)."""
+
+    input_len: InputLen = "128"
+    output_len: OutputLen = "128"
+    range_ratio: RangeRatio = 0.0
+    length_convention: LengthConvention = "plateau"
+    prefix_groups: PrefixGroups = 0
+    prefix_len: PrefixLen = 0
+    sessions: Sessions = 0
+    turns: Turns = "4"
+    think_time: ThinkTime = "0"
+    session_header: SessionHeader = "X-Session-ID"
+    trace: Trace = None
+    dataset: Dataset = None
+    allow_reuse: AllowReuse = False
+    prompt_salt: PromptSalt = None
+    seed: Seed = 0
+    tokenizer: Tokenizer = None
+
+    def spec(self, *, closed_loop: bool = True, trace_requests: int | None = None,
+             resume: Path | None = None) -> WorkloadSpec:
+        """The validated workload (``resume``: the resumed run keeps its prompt salt)."""
+        return workload_spec(self.input_len, self.output_len, self.range_ratio, self.dataset, self.seed,
+                             self.tokenizer, self.length_convention, self.prefix_groups, self.prefix_len,
+                             self.sessions, self.turns, self.think_time, self.session_header, trace=self.trace,
+                             closed_loop=closed_loop, trace_requests=trace_requests, allow_reuse=self.allow_reuse,
+                             prompt_salt=prompt_salt(self.prompt_salt, resume))
+
+
+class OutputFlags(OptionGroup, frozen=True, kw_only=True):
+    """Where results go and what is printed (run, sweep)."""
+
+    out: Out = None
+    overwrite: Overwrite = False
+    quiet: Quiet = False
+    as_json: Json = False
+
+
+NO_TARGET, EMBEDDED, ANYWHERE, DEFAULT_WORKLOAD, NO_OUTPUT = (
+    TargetFlags(), TwinFlags(), PlacementFlags(), WorkloadFlags(), OutputFlags())

@@ -15,6 +15,7 @@ import typer
 from plateau_bench.analysis.diagnosis import diagnose
 from plateau_bench.analysis.roofline_place import place_on_roofline
 from plateau_bench.commands import roofline_opts as r
+from plateau_bench.commands.groups import grouped
 from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ConfigError
 from plateau_bench.importers import vllm_json_lines
@@ -45,6 +46,7 @@ def _place(run: ReportRun, rf: Roofline) -> None:
         result.verdict = place_on_roofline(result.levels, result.plateau, result.verdict, rf)
 
 
+@grouped
 def report_cmd(
     run_dirs: Annotated[list[Path], typer.Argument(help="Result directories (several are overlaid).")],
     html_out: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report "
@@ -56,18 +58,10 @@ def report_cmd(
                                             "per line; plateau import reads them back).")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the --format tables to "
                                                 "this file instead of stdout.")] = None,
-    roofline: r.RooflinePath = None,
-    gpu: r.Gpu = None,
-    gpu_spec: r.GpuSpecFile = None,
-    gpus: r.Gpus = None,
-    tp: r.Tp = None,
-    ep: r.Ep = None,
-    dtype: r.Dtype = None,
-    kv_dtype: r.KvDtype = None,
-    interconnect: r.Interconnect = None,
+    hardware: r.RooflineFlags = r.NO_ROOFLINE,
 ) -> None:
     """Report saved results: HTML with plots, PNG images, or md/csv/json tables."""
-    ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect)
+    ceiling = hardware.ceiling()
     if fmt is not None and fmt not in (*FORMATS, "vllm-json"):
         raise ConfigError(f"unknown --format {fmt!r}: choose one of {', '.join(FORMATS)}, vllm-json")
     if output is not None and fmt is None:

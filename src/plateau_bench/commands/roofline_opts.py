@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from plateau_bench.commands.groups import OptionGroup
 from plateau_bench.errors import ConfigError
 from plateau_bench.roofline import Roofline, gpu_names, read_roofline
 
@@ -84,3 +85,30 @@ def roofline_given(path: Path | None, gpu: str | None, gpu_spec: Path | None, gp
                                       ep=ep or 1, dtype=dtype, kv_dtype=kv_dtype or "bf16", input_len=input_len,
                                       output_len=output_len)
     return rf
+
+
+class HardwareFlags(OptionGroup, frozen=True, kw_only=True):
+    """The hardware a roofline or a twin from first principles is for: GPU, layout, dtypes, link."""
+
+    gpu: Gpu = None
+    gpu_spec: GpuSpecFile = None
+    gpus: Gpus = None
+    tp: Tp = None
+    ep: Ep = None
+    dtype: Dtype = None
+    kv_dtype: KvDtype = None
+    interconnect: Interconnect = None
+
+
+class RooflineFlags(HardwareFlags, frozen=True, kw_only=True):
+    """``--roofline CONFIG`` with its hardware (sweep, diagnose, report)."""
+
+    roofline: RooflinePath = None
+
+    def ceiling(self, *, input_len: int = 128, output_len: int = 128) -> Roofline | None:
+        """The roofline the flags name, or None without ``--roofline``."""
+        return roofline_given(self.roofline, self.gpu, self.gpu_spec, self.gpus, self.tp, self.ep, self.dtype,
+                              self.kv_dtype, self.interconnect, input_len=input_len, output_len=output_len)
+
+
+NO_ROOFLINE = RooflineFlags()   # a grouped command's default for the group (``groups.grouped`` fills it)

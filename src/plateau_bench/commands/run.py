@@ -13,6 +13,7 @@ from plateau_bench.aio import first_interrupt_finishes, interrupted_by, interrup
 from plateau_bench.aio import run as run_async
 from plateau_bench.commands import options as o
 from plateau_bench.commands.config_file import ConfiguredCommand, note_result_dir
+from plateau_bench.commands.groups import grouped
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.live import LiveView
 from plateau_bench.report.terminal import run_report
@@ -38,21 +39,10 @@ def level_spec(mode: str | None, concurrency: int | None, num_requests: int | No
     return level
 
 
+@grouped
 def run_cmd(
-    url: o.Url = None,
-    model: o.Model = None,
-    endpoint: o.Endpoint = "completions",
-    api_key: o.ApiKey = None,
-    header: o.Headers = None,
-    secret_header: o.SecretHeader = None,
-    timeout: o.Timeout = "600s",
-    wait_ready: o.WaitReady = None,
-    metrics_url: o.MetricsUrl = None,
-    no_metrics: o.NoMetrics = False,
-    gpu_metrics_url: o.GpuMetricsUrl = None,
-    workers: o.Workers = None,
-    ray: o.Ray = None,
-    workers_per_node: o.WorkersPerNode = None,
+    target: o.TargetFlags = o.NO_TARGET,
+    placement: o.PlacementFlags = o.ANYWHERE,
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Closed-loop workers (burst "
                                                     "or steady).", rich_help_panel=LEVEL)] = None,
     num_requests: Annotated[int | None, typer.Option("--num-requests", "-n", help="Requests to send "
@@ -70,32 +60,13 @@ def run_cmd(
                                         rich_help_panel=LEVEL)] = 0,
     mode: Annotated[str | None, typer.Option("--mode", help="burst | steady | rate (default: from the "
                                              "other flags).", rich_help_panel=LEVEL)] = None,
-    input_len: o.InputLen = "128",
-    output_len: o.OutputLen = "128",
-    range_ratio: o.RangeRatio = 0.0,
-    length_convention: o.LengthConvention = "plateau",
-    prefix_groups: o.PrefixGroups = 0,
-    prefix_len: o.PrefixLen = 0,
-    sessions: o.Sessions = 0,
-    turns: o.Turns = "4",
-    think_time: o.ThinkTime = "0",
-    session_header: o.SessionHeader = "X-Session-ID",
-    trace: o.Trace = None,
+    workload_flags: o.WorkloadFlags = o.DEFAULT_WORKLOAD,
     time_scale: o.TimeScale = 1.0,
-    dataset: o.Dataset = None,
-    allow_reuse: o.AllowReuse = False,
-    prompt_salt: o.PromptSalt = None,
-    seed: o.Seed = 0,
-    tokenizer: o.Tokenizer = None,
-    out: o.Out = None,
-    overwrite: o.Overwrite = False,
-    quiet: o.Quiet = False,
-    as_json: o.Json = False,
+    output: o.OutputFlags = o.NO_OUTPUT,
     config_file: o.ConfigFile = None,
     print_config: o.PrintConfig = False,
     repeat: o.Repeat = 1,
-    preset: o.Preset = "tiny",
-    sim_speed: o.SimSpeed = 1.0,
+    twin_flags: o.TwinFlags = o.EMBEDDED,
 ) -> None:
     """Measure one load level: a burst (num-requests = C), a steady closed loop, or an open-loop rate."""
     from plateau_bench.sweep.plan import check_repeat
@@ -103,12 +74,10 @@ def run_cmd(
     from plateau_bench.sweep.session import metrics_url_for, prepare, target_url
 
     check_repeat(repeat)
-    dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
-    load_workers, ray_address, per_node = o.load_placement(workers, ray, workers_per_node)
-    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer, length_convention,
-                               prefix_groups, prefix_len, sessions, turns, think_time, session_header, trace=trace,
-                               trace_requests=num_requests, allow_reuse=allow_reuse,
-                               prompt_salt=o.prompt_salt(prompt_salt))
+    dcgm_urls = target.dcgm_urls()
+    load_workers, ray_address, per_node = placement.resolve()
+    workload = workload_flags.spec(trace_requests=num_requests)
+    out, quiet, as_json = output.out, output.quiet, output.as_json
     if workload.trace is not None:
         if mode not in (None, "rate") or concurrency is not None or rate is not None or duration or warmup:
             raise ConfigError("--trace sets its own schedule: give --time-scale (and --num-requests or "
@@ -121,19 +90,17 @@ def run_cmd(
     console = o.wide_console()
 
     async def main() -> None:
-        async with target_url(url, preset, sim_speed) as (base_url, twin):
-            target = o.target_spec(base_url, model, endpoint, api_key, header, timeout, secret_header)
+        async with target_url(target.url, twin_flags.preset, twin_flags.sim_speed) as (base_url, twin):
             n = level.total_requests() or max(level.concurrency or 0, level.max_concurrency or 0, 256)
-            prepared = await prepare(target, workload, n + warmup,
-                                     wait_ready_s=parse_duration(wait_ready, "--wait-ready") if wait_ready else None,
+            prepared = await prepare(target.spec(base_url), workload, n + warmup, wait_ready_s=target.wait_ready_s(),
                                      twin=twin, sends=(n + warmup) * repeat if level.total_requests() else None)
-            m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
+            m_url, required = metrics_url_for(prepared.target, target.metrics_url, target.no_metrics)
             with first_interrupt_finishes(lambda line: print(line, file=sys.stderr)) as interrupts, \
                     LiveView(enabled=not quiet and not as_json) as view:
                 done = await measure_level(prepared, workload, level, out_dir=out, metrics_url=m_url,
                                            metrics_required=required, observer=view,
                                            progress=lambda: view.progress,
-                                           existing="overwrite" if overwrite else "refuse",
+                                           existing="overwrite" if output.overwrite else "refuse",
                                            gpu_metrics_urls=dcgm_urls, workers=load_workers, ray=ray_address,
                                      workers_per_node=per_node, repeat=repeat)
         if out is not None:

@@ -12,6 +12,7 @@ from rich.table import Table
 from plateau_bench.aio import run as run_async
 from plateau_bench.commands import roofline_opts as r
 from plateau_bench.commands.config_file import ConfiguredCommand, note_result_dir
+from plateau_bench.commands.groups import grouped
 from plateau_bench.commands.options import ConfigFile, Overwrite, PrintConfig, Repeat, wide_console, workload_spec
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.repeats import repeat_table
@@ -34,20 +35,12 @@ class _PrintLevels:
 LOAD = "Load"
 
 
-class Derived(msgspec.Struct, frozen=True, kw_only=True):
+class Derived(r.HardwareFlags, frozen=True, kw_only=True):
     """``--model CONFIG`` and its hardware: the twin from first principles (``sim.from_roofline``)."""
 
-    model: Path | None = None
-    gpu: str | None = None
-    gpu_spec: Path | None = None
-    gpus: int | None = None
-    tp: int | None = None
-    ep: int | None = None
-    dtype: str | None = None
-    kv_dtype: str | None = None
-    interconnect: str | None = None
-    efficiency: float | None = None
-    efficiency_from: Path | None = None
+    model: r.ModelConfig = None
+    efficiency: r.Efficiency = None
+    efficiency_from: r.EfficiencyFrom = None
 
     def engine(self, preset: str | None, input_len: int = 128, output_len: int = 128) -> tuple[Any, str] | None:
         """The derived engine and a line saying how, or None without ``--model``."""
@@ -87,6 +80,9 @@ class Derived(msgspec.Struct, frozen=True, kw_only=True):
                    f"steps of {len(used)} level(s) in {self.efficiency_from} (largest residual {worst:.2f} ms)")
         config = engine_from_roofline(rf, efficiency, overhead)
         return config, f"{config.name}, {how}: {config.step.describe()}"
+
+
+NO_TWIN = Derived()   # the grouped commands' default for the group (``groups.grouped`` fills it)
 
 
 def _configure(preset: str | None, max_num_seqs: int | None, kv_tokens: int | None,
@@ -157,6 +153,7 @@ def trace_levels(workload: WorkloadSpec, time_scale: str) -> list[LevelSpec]:
     return levels
 
 
+@grouped
 def sim_cmd(
     preset: Preset = None,
     mode: Annotated[str, typer.Option("--mode", help="burst | steady", rich_help_panel=LOAD)] = "burst",
@@ -196,17 +193,7 @@ def sim_cmd(
     max_num_batched_tokens: BatchedTokens = None,
     replicas: Replicas = None,
     balancer: BalancerOpt = None,
-    model_config: r.ModelConfig = None,
-    gpu: r.Gpu = None,
-    gpu_spec: r.GpuSpecFile = None,
-    gpus: r.Gpus = None,
-    tp: r.Tp = None,
-    ep: r.Ep = None,
-    dtype: r.Dtype = None,
-    kv_dtype: r.KvDtype = None,
-    interconnect: r.Interconnect = None,
-    efficiency: r.Efficiency = None,
-    efficiency_from: r.EfficiencyFrom = None,
+    twin: Derived = NO_TWIN,
     repeat: Repeat = 1,
     config_file: ConfigFile = None,
     print_config: PrintConfig = False,
@@ -221,9 +208,7 @@ def sim_cmd(
     workload = workload_spec(input_len, output_len, range_ratio, None, seed, None, length_convention, prefix_groups,
                              prefix_len, trace=trace, trace_requests=num_requests)
     check_repeat(repeat)
-    derived = Derived(model=model_config, gpu=gpu, gpu_spec=gpu_spec, gpus=gpus, tp=tp, ep=ep, dtype=dtype,
-                      kv_dtype=kv_dtype, interconnect=interconnect, efficiency=efficiency,
-                      efficiency_from=efficiency_from).engine(preset, workload.input_len, workload.output_len)
+    derived = twin.engine(preset, workload.input_len, workload.output_len)
     base, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, derived=derived,
                               replicas=replicas, balancer=balancer)
     if no_prefix_cache:
@@ -253,6 +238,7 @@ def sim_cmd(
         typer.echo(f"results: {out}")
 
 
+@grouped
 def serve_sim_cmd(
     preset: Preset = None,
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
@@ -285,17 +271,7 @@ def serve_sim_cmd(
                                              "n-th request.")] = 0,
     replicas: Replicas = None,
     balancer: BalancerOpt = None,
-    model_config: r.ModelConfig = None,
-    gpu: r.Gpu = None,
-    gpu_spec: r.GpuSpecFile = None,
-    gpus: r.Gpus = None,
-    tp: r.Tp = None,
-    ep: r.Ep = None,
-    dtype: r.Dtype = None,
-    kv_dtype: r.KvDtype = None,
-    interconnect: r.Interconnect = None,
-    efficiency: r.Efficiency = None,
-    efficiency_from: r.EfficiencyFrom = None,
+    twin: Derived = NO_TWIN,
     backlog: Annotated[int, typer.Option("--backlog", help="Listen backlog: new connections the kernel holds "
                                          "before they are accepted (capped by net.core.somaxconn); a burst of "
                                          "more overflows it and waits on SYN retries.")] = 4096,
@@ -313,9 +289,7 @@ def serve_sim_cmd(
         raise ConfigError(f"--reject-status must be 429 or 503 (got {reject_status})")
     if reject_when_waiting is not None and reject_when_waiting < 0:
         raise ConfigError(f"--reject-when-waiting must be >= 0 (got {reject_when_waiting})")
-    derived = Derived(model=model_config, gpu=gpu, gpu_spec=gpu_spec, gpus=gpus, tp=tp, ep=ep, dtype=dtype,
-                      kv_dtype=kv_dtype, interconnect=interconnect, efficiency=efficiency,
-                      efficiency_from=efficiency_from).engine(preset)
+    derived = twin.engine(preset)
     _, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, max_model_len,
                            t0_ms, a_ms, b_ms, c_us, derived=derived, replicas=replicas, balancer=balancer)
     if derived:

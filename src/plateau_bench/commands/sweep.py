@@ -17,6 +17,7 @@ from plateau_bench.analysis.slo import parse_slo
 from plateau_bench.commands import options as o
 from plateau_bench.commands import roofline_opts as r
 from plateau_bench.commands.config_file import ConfiguredCommand, note_result_dir
+from plateau_bench.commands.groups import grouped
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.live import LiveView
 from plateau_bench.report.terminal import sweep_report
@@ -111,21 +112,10 @@ def _check_resume(resume: Path | None, out: Path | None, overwrite: bool,
         raise ConfigError("--resume keeps the saved levels; --overwrite replaces them: choose one")
 
 
+@grouped
 def sweep_cmd(
-    url: o.Url = None,
-    model: o.Model = None,
-    endpoint: o.Endpoint = "completions",
-    api_key: o.ApiKey = None,
-    header: o.Headers = None,
-    secret_header: o.SecretHeader = None,
-    timeout: o.Timeout = "600s",
-    wait_ready: o.WaitReady = None,
-    metrics_url: o.MetricsUrl = None,
-    no_metrics: o.NoMetrics = False,
-    gpu_metrics_url: o.GpuMetricsUrl = None,
-    workers: o.Workers = None,
-    ray: o.Ray = None,
-    workers_per_node: o.WorkersPerNode = None,
+    target: o.TargetFlags = o.NO_TARGET,
+    placement: o.PlacementFlags = o.ANYWHERE,
     concurrency: Annotated[str | None, typer.Option("--concurrency", "-c", help="A fixed grid, e.g. "
                                                     "1,16,64,256 (default: adaptive search).",
                                                     rich_help_panel=SEARCH)] = None,
@@ -170,43 +160,16 @@ def sweep_cmd(
     resume: Annotated[Path | None, typer.Option("--resume", help="Continue a sweep saved in this "
                                                 "directory (failed or damaged levels are measured again).",
                                                 rich_help_panel=SEARCH)] = None,
-    input_len: o.InputLen = "128",
-    output_len: o.OutputLen = "128",
-    range_ratio: o.RangeRatio = 0.0,
-    length_convention: o.LengthConvention = "plateau",
-    prefix_groups: o.PrefixGroups = 0,
-    prefix_len: o.PrefixLen = 0,
-    sessions: o.Sessions = 0,
-    turns: o.Turns = "4",
-    think_time: o.ThinkTime = "0",
-    session_header: o.SessionHeader = "X-Session-ID",
-    trace: o.Trace = None,
+    workload_flags: o.WorkloadFlags = o.DEFAULT_WORKLOAD,
     time_scale: Annotated[str, typer.Option("--time-scale", help="--trace: the time scales to replay it at "
                                             "(comma list; 2 = twice as fast), or auto: 1, 2, 4, ... until it stops "
                                             "keeping up.", rich_help_panel=o.WORKLOAD)] = "auto",
-    dataset: o.Dataset = None,
-    allow_reuse: o.AllowReuse = False,
-    prompt_salt: o.PromptSalt = None,
-    seed: o.Seed = 0,
-    tokenizer: o.Tokenizer = None,
-    out: o.Out = None,
-    overwrite: o.Overwrite = False,
-    quiet: o.Quiet = False,
-    as_json: o.Json = False,
+    output: o.OutputFlags = o.NO_OUTPUT,
     config_file: o.ConfigFile = None,
     print_config: o.PrintConfig = False,
     repeat: o.Repeat = 1,
-    preset: o.Preset = "tiny",
-    sim_speed: o.SimSpeed = 1.0,
-    roofline: r.RooflinePath = None,
-    gpu: r.Gpu = None,
-    gpu_spec: r.GpuSpecFile = None,
-    gpus: r.Gpus = None,
-    tp: r.Tp = None,
-    ep: r.Ep = None,
-    dtype: r.Dtype = None,
-    kv_dtype: r.KvDtype = None,
-    interconnect: r.Interconnect = None,
+    twin_flags: o.TwinFlags = o.EMBEDDED,
+    hardware: r.RooflineFlags = r.NO_ROOFLINE,
 ) -> None:
     """Push the load until throughput stops growing; find the plateau and the knee; say why."""
     from plateau_bench.sweep.session import measure, metrics_url_for, out_dir_or_temp, prepare, target_url
@@ -216,36 +179,31 @@ def sweep_cmd(
                          slos=tuple(parse_slo(slo)) if slo else (),
                          budget_s=parse_duration(budget, "--budget") if budget else None,
                          max_error_rate=max_error_rate, repeat=repeat, burstiness=burstiness, drain=drain)
+    trace = workload_flags.trace
     plan = (trace_plan(trace, time_scale, concurrency, rate, find, limits) if trace is not None
             else find_plan(find, mode, concurrency, rate, start, max_concurrency, start_rate, max_rate, resolution,
                            burstiness, limits) if find is not None
             else build_plan(concurrency, mode, rate, burstiness, start, max_concurrency, plateau_gain, limits))
-    _check_resume(resume, out, overwrite, plan)
-    dcgm_urls = o.gpu_metrics_urls(gpu_metrics_url)
-    workload = o.workload_spec(input_len, output_len, range_ratio, dataset, seed, tokenizer, length_convention,
-                               prefix_groups, prefix_len, sessions, turns, think_time, session_header, trace=trace,
-                               closed_loop=_closed_steady(mode, plan, find), allow_reuse=allow_reuse,
-                               prompt_salt=o.prompt_salt(prompt_salt, resume))
-    ceiling = r.roofline_given(roofline, gpu, gpu_spec, gpus, tp, ep, dtype, kv_dtype, interconnect,
-                               input_len=workload.input_len, output_len=workload.output_len)
-    load_workers, ray_address, per_node = o.load_placement(workers, ray, workers_per_node)
+    out, as_json = output.out, output.as_json
+    _check_resume(resume, out, output.overwrite, plan)
+    dcgm_urls = target.dcgm_urls()
+    workload = workload_flags.spec(closed_loop=_closed_steady(mode, plan, find), resume=resume)
+    ceiling = hardware.ceiling(input_len=workload.input_len, output_len=workload.output_len)
+    load_workers, ray_address, per_node = placement.resolve()
     o.check_load_size(_widest(plan))
     out_dir = resume or out_dir_or_temp(out, "sweep")
     console = o.wide_console()
 
     async def main() -> int:
-        async with target_url(url, preset, sim_speed) as (base_url, twin):
-            target = o.target_spec(base_url, model, endpoint, api_key, header, timeout, secret_header)
-            prepared = await prepare(target, workload,
-                                     wait_ready_s=parse_duration(wait_ready, "--wait-ready") if wait_ready else None,
-                                     twin=twin)
-            m_url, required = metrics_url_for(prepared.target, metrics_url, no_metrics)
+        async with target_url(target.url, twin_flags.preset, twin_flags.sim_speed) as (base_url, twin):
+            prepared = await prepare(target.spec(base_url), workload, wait_ready_s=target.wait_ready_s(), twin=twin)
+            m_url, required = metrics_url_for(prepared.target, target.metrics_url, target.no_metrics)
             planned = len(plan.concurrencies or ()) if isinstance(plan, ConcurrencyPlan) else 8
             with first_interrupt_finishes(lambda line: print(line, file=sys.stderr)) as interrupts, \
-                    LiveView(enabled=not quiet and not as_json, est_levels=planned or 12) as view:
+                    LiveView(enabled=not output.quiet and not as_json, est_levels=planned or 12) as view:
                 done = await measure(prepared, workload, plan, out_dir=out_dir, metrics_url=m_url,
                                      metrics_required=required, observer=view, progress=lambda: view.progress,
-                                     existing="resume" if resume else "overwrite" if overwrite or out is None
+                                     existing="resume" if resume else "overwrite" if output.overwrite or out is None
                                      else "refuse", gpu_metrics_urls=dcgm_urls, roofline=ceiling,
                                      workers=load_workers, ray=ray_address, workers_per_node=per_node)
         note_result_dir(out_dir)

@@ -49,7 +49,8 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from plateau_bench.analysis.gpu import evidence_for, gpu_metrics
-from plateau_bench.roofline.hardware import GpuSpec, gpu_for_device
+from plateau_bench.errors import ConfigError
+from plateau_bench.roofline.hardware import GpuSpec, find_gpu, gpu_for_device
 from plateau_bench.roofline.measured import (
     Ceilings,
     DecodeSplit,
@@ -418,10 +419,14 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the measurement here")
     parser.add_argument("--render", type=Path, help="print the tables of a saved measurement and exit")
     args = parser.parse_args()
-    if args.render:
-        saved = load(args.render)
-        print(render(saved, catalogue_gpu(saved, args.gpu)))
-        return
+    try:
+        gpu = find_gpu(args.gpu) if args.gpu else None
+        if args.render:
+            saved = load(args.render)
+            print(render(saved, gpu or catalogue_gpu(saved, None)))
+            return
+    except ConfigError as exc:
+        parser.error(str(exc))   # one line and exit 2, as plateau answers
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -255,11 +255,14 @@ def main() -> None:
     parser.add_argument("--server-cores", type=int, help="pin serve-sim to this many cores, the load to the rest")
     parser.add_argument("--render", type=Path, help="print the table of a file --json wrote, and exit")
     args = parser.parse_args()
-    if args.render:
-        print(render(json.loads(args.render.read_text())))
-        return
-    levels = tuple(int(c) for c in args.levels.split(",")) if args.levels else (256, 2048) if args.quick else LEVELS
-    configs = tuple(_config_of(w.strip()) for w in args.workers.split(","))
+    try:
+        if args.render:
+            print(render(json.loads(args.render.read_text())))
+            return
+        levels = tuple(int(c) for c in args.levels.split(",")) if args.levels else (256, 2048) if args.quick else LEVELS
+        configs = tuple(_config_of(w.strip()) for w in args.workers.split(","))
+    except (OSError, ValueError, KeyError) as exc:   # one line and exit 2, as plateau answers
+        parser.error(f"{type(exc).__name__}: {exc}")
     cores = len(os.sched_getaffinity(0))
     started = time.monotonic()
     figures = run_async(_main(levels, configs, args.server_cores))

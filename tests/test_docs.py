@@ -3,10 +3,10 @@ pages that link to each other (the strict site build, scripts/test, catches brok
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
+
+from support.loading import script
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,11 +31,7 @@ def test_every_docs_page_is_in_the_site_navigation() -> None:
 
 
 def test_the_cli_reference_is_what_the_cli_says() -> None:
-    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "scripts" / "cli_reference.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = script("scripts/cli_reference.py")
     current = (ROOT / "docs" / "reference" / "cli.md").read_text()
     assert current == module.page(), "docs/reference/cli.md is stale: run .venv/bin/python scripts/cli_reference.py"
     for command in ("run", "sweep", "sim", "serve-sim", "diagnose", "report", "compare", "roofline", "import",

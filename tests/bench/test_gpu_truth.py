@@ -3,7 +3,6 @@ measurement is what the twin's default efficiencies and the README's GPU table a
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,20 +16,13 @@ import pytest
 from plateau_bench.roofline import find_gpu, measured
 from plateau_bench.roofline.efficiency import measured_efficiency
 
+from support.loading import script
+
 ROOT = Path(__file__).resolve().parents[2]
 SAVED = ROOT / "bench" / "data" / "gpu_truth-h200-sxm.json"
 
 
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_truth", ROOT / "bench" / "gpu_truth.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # msgspec and dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu_truth = _script()
+gpu_truth = script("bench/gpu_truth.py")
 
 
 def _torch() -> ModuleType:

@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from support.loading import script
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("scale_out", ROOT / "bench" / "scale_out.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-scale_out = _script()
+scale_out = script("bench/scale_out.py")
 
 
 def test_the_server_takes_the_first_cores_and_the_load_the_rest() -> None:

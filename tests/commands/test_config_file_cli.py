@@ -9,17 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from plateau_bench.cli import main
-
-
-def plateau(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+from support.loading import plateau
 
 
 def keys(text: str) -> dict[str, object]:

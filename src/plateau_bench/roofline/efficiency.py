@@ -15,12 +15,11 @@ interconnect not measured (one GPU). ``Efficiency.uniform(f)`` is one factor for
 from __future__ import annotations
 
 import functools
-import importlib.resources
 
 import msgspec
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.roofline.hardware import Sourced
+from plateau_bench.roofline.hardware import Sourced, packaged
 
 
 class Efficiency(msgspec.Struct, frozen=True, kw_only=True):
@@ -56,8 +55,7 @@ class _Shipped(msgspec.Struct, frozen=True, kw_only=True):
 
 @functools.cache
 def _shipped() -> _Shipped:
-    data = importlib.resources.files("plateau_bench.roofline").joinpath("efficiency.json").read_bytes()
-    return msgspec.json.decode(data, type=_Shipped)
+    return packaged("efficiency.json", _Shipped)
 
 
 def measured_efficiency() -> Efficiency:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 from pathlib import Path
+from typing import TypeVar
 
 import msgspec
 
@@ -85,10 +86,18 @@ class Link(msgspec.Struct, frozen=True, kw_only=True):
     source: str
 
 
+T = TypeVar("T")
+
+
+def packaged(name: str, kind: type[T]) -> T:
+    """A JSON file shipped in this package (``gpus.json``, ``efficiency.json``), decoded as ``kind``."""
+    data = importlib.resources.files("plateau_bench.roofline").joinpath(name).read_bytes()
+    return msgspec.json.decode(data, type=kind)
+
+
 @functools.cache
 def catalog() -> Catalog:
-    data = importlib.resources.files("plateau_bench.roofline").joinpath("gpus.json").read_bytes()
-    return msgspec.json.decode(data, type=Catalog)
+    return packaged("gpus.json", Catalog)
 
 
 def gpu_names() -> list[str]:

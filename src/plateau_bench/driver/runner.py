@@ -136,7 +136,8 @@ class HttpLevelRunner:
         self.engine: str | None = None
         # Local GPUs (when the load runs on the GPU host): power, utilisation, clocks, through NVML.
         self._nvml, self.gpu_note = open_nvml()
-        self._gpus_serve = on_this_host(target)   # NVML's GPUs are the server's only when it runs here
+        # NVML's GPUs are the server's only when it runs here.
+        self._gpus_serve = self._nvml is not None and on_this_host(target)
 
     async def run_level(
         self,

@@ -79,7 +79,7 @@ def on_this_host(target: TargetSpec) -> bool:
     host = (urlsplit(base_url(target)).hostname or "").lower()
     if host in ("localhost", "::1", "0.0.0.0") or host.startswith("127."):
         return True
-    return host in {socket.gethostname().lower(), socket.getfqdn().lower()}
+    return host == socket.gethostname().lower()   # not getfqdn: a reverse DNS lookup can hang offline
 
 
 def display_url(url: str) -> str:

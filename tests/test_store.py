@@ -10,14 +10,17 @@ from typer.testing import CliRunner
 
 from plateau_bench.cli import app
 from plateau_bench.errors import ConfigError
+from plateau_bench.level_run import HealthSample
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import LevelResult, ResultFile
+from plateau_bench.run_view import ReportRun
 from plateau_bench.store import (
     ResultWriter,
     attempts_on_disk,
     kept_attempts,
     load_requests,
     load_result,
+    load_runs,
 )
 
 
@@ -64,3 +67,42 @@ def test_a_full_disk_is_one_line_and_finished_levels_are_kept(tmp_path: Path) ->
     assert done.output.count("plateau: error") == 1
     saved = json.loads((out / "result.json").read_text())
     assert [lv["label"] for lv in saved["levels"]] == ["C=4"]
+
+
+def _sweep_with_a_retried_level(out: Path) -> None:
+    with ResultWriter(out, ResultFile(kind="sweep")) as writer:
+        writer.add_requests("C=2", [_record(0), _record(1), _record(2)], attempt=1)   # interrupted
+        writer.add_telemetry("C=2", HealthSample(t_ns=1, cpu_pct=5.0, loop_lag_ms=0.1), attempt=1)
+        writer.add_requests("C=2", [_record(0), _record(1)], attempt=2)
+        writer.add_telemetry("C=2", HealthSample(t_ns=2, cpu_pct=6.0, loop_lag_ms=0.2), attempt=2)
+        writer.add_level(LevelResult(label="C=2", mode="steady", concurrency=2, attempt=2, num_requests=2))
+
+
+def test_a_run_for_the_report_reads_the_kept_attempts_records_when_asked(tmp_path: Path) -> None:
+    _sweep_with_a_retried_level(tmp_path / "tp4")
+    (tmp_path / "tp4" / "requests.jsonl").rename(tmp_path / "moved.jsonl")
+    (run,) = load_runs([tmp_path / "tp4" / "result.json"])   # a result.json names its directory
+    assert run.name == "tp4" and run.levels[0].attempt == 2
+    assert run.records().requests == {}   # read when asked, not when loaded
+    (tmp_path / "moved.jsonl").rename(tmp_path / "tp4" / "requests.jsonl")
+    records = run.records()
+    assert len(records.level_requests("C=2")) == 2
+    assert [sample["t_ns"] for sample in records.level_telemetry("C=2")] == [2]
+    assert records.level_requests("C=9") == () and records.level_telemetry("C=9") == ()
+    without = run.records(telemetry=False)
+    assert len(without.level_requests("C=2")) == 2 and without.telemetry == {}
+
+
+def test_runs_for_the_report_are_named_by_directory_with_a_suffix_on_collision(tmp_path: Path) -> None:
+    for name in ("a/run", "b/run", "c/other"):
+        _sweep_with_a_retried_level(tmp_path / name)
+    runs = load_runs([tmp_path / "a" / "run", tmp_path / "b" / "run", tmp_path / "c" / "other"])
+    assert [r.name for r in runs] == ["run", "run (2)", "other"]
+    assert len(runs[1].records().level_requests("C=2")) == 2   # a renamed run keeps its records
+    with pytest.raises(ConfigError, match="no result directory given"):
+        load_runs([])
+
+
+def test_a_run_built_in_memory_has_no_records() -> None:
+    run = ReportRun("r", Path("r"), ResultFile(kind="sweep"))
+    assert run.records().requests == {} and run.records().telemetry == {}

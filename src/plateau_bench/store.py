@@ -24,17 +24,21 @@ again under the next repeat number, so its partial records never mix with a fini
 An existing result directory is never silently replaced: a writer refuses it unless told to resume
 or to overwrite. A full disk or a vanished directory ends the run with one line (``ResultsError``);
 what was already flushed stays.
+
+The presentation reads nothing itself: ``load_runs`` gives the commands the runs to hand it
+(``run_view.ReportRun``, named by directory), each with a loader of its kept attempts' records.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import os
 import platform
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +48,7 @@ from plateau_bench.errors import ConfigError, ResultsError
 from plateau_bench.level_run import HealthSample
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import SCHEMA_VERSION, HostInfo, LevelResult, ResultFile, ToolInfo
+from plateau_bench.run_view import ReportRun, RunRecords
 from plateau_bench.store_migrate import migrate
 from plateau_bench.telemetry.samples import TelemetrySample
 
@@ -323,3 +328,34 @@ def load_telemetry(path: str | Path, attempts: dict[str, int] | None = None,
                 continue
             out.setdefault(label, []).append(item)
     return out
+
+
+# -- runs for presentation ------------------------------------------------------------------------
+def run_records(directory: str | Path, attempts: dict[str, int], *, telemetry: bool = True) -> RunRecords:
+    """The request records and (unless ``telemetry=False``) telemetry samples of the kept attempts."""
+    return RunRecords(requests=load_requests(directory, attempts=attempts),
+                      telemetry=load_telemetry(directory, attempts=attempts) if telemetry else {})
+
+
+def load_report_run(path: str | Path) -> ReportRun:
+    """One result directory (or its result.json) for presentation, named by the directory; ``ResultsError``
+    (one line) when it holds no usable results. Its records are read when the presentation asks for them."""
+    p = Path(path)
+    result = load_result(p)
+    directory = p if p.is_dir() else p.parent
+    return ReportRun(name=directory.resolve().name, path=p, result=result,
+                     records=functools.partial(run_records, directory, kept_attempts(result)))
+
+
+def load_runs(paths: Sequence[str | Path]) -> list[ReportRun]:
+    """Several result directories for presentation; runs sharing a directory name get a numeric suffix."""
+    if not paths:
+        raise ConfigError("no result directory given")
+    seen: dict[str, int] = {}
+    named: list[ReportRun] = []
+    for run in (load_report_run(p) for p in paths):
+        n = seen.get(run.name, 0)
+        seen[run.name] = n + 1
+        named.append(run if n == 0 else run.renamed(f"{run.name} ({n + 1})"))
+    return named
+

@@ -23,6 +23,7 @@ import aiohttp
 import pytest
 
 from plateau_bench.report.html import write_html
+from plateau_bench.store import load_runs
 
 pytestmark = pytest.mark.browser
 
@@ -175,7 +176,7 @@ def _console_errors(events: list[dict[str, Any]]) -> list[str]:
 async def test_report_draws_its_plots_offline_in_chromium(make_sweep: SweepFactory, tmp_path: Path) -> None:
     runs = [make_sweep("tp4", [1, 4, 16, 64], cap=32, output_len=128, telemetry=False, verdict=False),
             make_sweep("tp8ep", [1, 4, 16, 64, 256], cap=64)]
-    page = write_html(runs, tmp_path / "report.html")
+    page = write_html(load_runs(runs), tmp_path / "report.html")
 
     facts, screenshot, events = await open_in_chromium(page, tmp_path / "profile")
 

@@ -8,7 +8,7 @@ import pytest
 
 from plateau_bench.errors import ConfigError, ResultsError
 from plateau_bench.report.html import render_html, workload_differences, write_html
-from plateau_bench.report.tables import load_runs
+from plateau_bench.store import load_runs
 
 SweepFactory = Callable[..., Path]
 MAIN_PLOTS = 3
@@ -16,7 +16,7 @@ MAIN_PLOTS = 3
 
 @pytest.mark.slow
 def test_one_svg_per_plot_and_level(make_sweep: SweepFactory, tmp_path: Path) -> None:
-    out = write_html([make_sweep("tp8ep", [1, 4, 16, 64, 128])], tmp_path / "report.html")
+    out = write_html(load_runs([make_sweep("tp8ep", [1, 4, 16, 64, 128])]), tmp_path / "report.html")
     page = out.read_text()
     assert page.count("<svg") == MAIN_PLOTS + 5
     assert "plateau-bench report: tp8ep" in page
@@ -31,7 +31,7 @@ def test_one_svg_per_plot_and_level(make_sweep: SweepFactory, tmp_path: Path) ->
 
 @pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_page_is_self_contained(make_sweep: SweepFactory, tmp_path: Path) -> None:
-    page = write_html([make_sweep("a", [1, 8])], tmp_path / "r.html").read_text()
+    page = write_html(load_runs([make_sweep("a", [1, 8])]), tmp_path / "r.html").read_text()
     assert "<script" not in page and "<link" not in page and "@import" not in page
     # every reference stays inside the page (the target URL only appears as text in the spec)
     assert re.findall(r'(?:src|href)="(?!#)[^"]*"', page) == []
@@ -46,7 +46,7 @@ def test_several_runs_are_overlaid_and_workload_differences_stated(make_sweep: S
                                                                     tmp_path: Path) -> None:
     a = make_sweep("tp4", [1, 4, 16], output_len=128, telemetry=False, verdict=False)
     b = make_sweep("tp8ep", [1, 4, 16, 64], output_len=64)
-    page = write_html([a, b], tmp_path / "both.html").read_text()
+    page = write_html(load_runs([a, b]), tmp_path / "both.html").read_text()
     assert page.count("<svg") == MAIN_PLOTS + 3 + 4
     assert "2 runs overlaid" in page
     assert "The runs used different workloads." in page
@@ -92,17 +92,17 @@ def test_server_telemetry_is_drawn_when_present(make_sweep: SweepFactory) -> Non
 def test_ten_level_report_stays_small(make_sweep: SweepFactory, tmp_path: Path) -> None:
     d = make_sweep("big", [2 ** k for k in range(10)], per_worker=8)
     assert len((d / "requests.jsonl").read_bytes().splitlines()) == 8 * (2 ** 10 - 1)
-    out = write_html([d], tmp_path / "big.html")
+    out = write_html(load_runs([d]), tmp_path / "big.html")
     assert out.stat().st_size < 5_000_000
     assert out.read_text().count("<svg") == MAIN_PLOTS + 10
 
 
 def test_bad_input(tmp_path: Path, make_sweep: SweepFactory) -> None:
     with pytest.raises(ResultsError, match="no results in"):
-        write_html([tmp_path / "nothing"], tmp_path / "r.html")
+        write_html(load_runs([tmp_path / "nothing"]), tmp_path / "r.html")
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(ConfigError, match="is a file, not a directory"):
-        write_html([make_sweep("a", [1])], blocker / "r.html")
+        write_html(load_runs([make_sweep("a", [1])]), blocker / "r.html")
     with pytest.raises(ConfigError, match="it is a directory"):
-        write_html([tmp_path / "a"], tmp_path)
+        write_html(load_runs([tmp_path / "a"]), tmp_path)

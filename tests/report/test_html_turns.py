@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from plateau_bench.report.html_turns import has_turns, turns_table
-from plateau_bench.report.tables import ReportRun
 from plateau_bench.result import Latency, LevelResult, ResultFile, ServerTelemetry, TurnMetrics
+from plateau_bench.run_view import ReportRun
 
 
 def _run(turns: list[TurnMetrics], hit_rate: float | None) -> ReportRun:

@@ -8,9 +8,8 @@ import pytest
 from plateau_bench.analysis.timeseries import level_series
 from plateau_bench.errors import ConfigError
 from plateau_bench.report import plots
-from plateau_bench.report.tables import load_runs
 from plateau_bench.result import Plateau
-from plateau_bench.store import load_requests, load_telemetry
+from plateau_bench.store import load_requests, load_runs, load_telemetry
 
 SweepFactory = Callable[..., Path]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

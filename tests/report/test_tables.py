@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 
 from plateau_bench.errors import ConfigError, ResultsError
-from plateau_bench.report.tables import HEADERS, ReportRun, load_report_run, load_runs, render_table, to_markdown
+from plateau_bench.report.tables import HEADERS, render_table, to_markdown
 from plateau_bench.result import Latency, LevelResult, ResultFile
+from plateau_bench.run_view import ReportRun
+from plateau_bench.store import load_report_run, load_runs
 
 SweepFactory = Callable[..., Path]
 

@@ -21,19 +21,16 @@ from plateau_bench.errors import ConfigError
 from plateau_bench.importers import vllm_json_lines
 from plateau_bench.report.html import check_writable, render_html, write_text
 from plateau_bench.report.plots import write_pngs
-from plateau_bench.report.tables import FORMATS, ReportRun, load_runs, render_table
+from plateau_bench.report.tables import FORMATS, render_table
 from plateau_bench.report.terminal import level_table, verdict_text
 from plateau_bench.roofline import Roofline
-from plateau_bench.store import kept_attempts, load_requests
+from plateau_bench.run_view import ReportRun
+from plateau_bench.store import load_runs
 
 
 def _vllm_json(runs: list[ReportRun]) -> str:
     """Each run's levels in vLLM's bench result keys, with per-request lists where records were saved."""
-    out = []
-    for run in runs:
-        directory = run.path if run.path.is_dir() else run.path.parent
-        out.append(vllm_json_lines(run.result, load_requests(directory, attempts=kept_attempts(run.result))))
-    return "".join(out)
+    return "".join(vllm_json_lines(run.result, run.records(telemetry=False).requests) for run in runs)
 
 
 def _place(run: ReportRun, rf: Roofline) -> None:

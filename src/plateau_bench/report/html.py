@@ -7,7 +7,8 @@ makes no network request and can be attached to a ticket or a pull request as it
 The page presents what the analysis computed and recomputes no metric: level figures come from
 ``result.json`` levels, the plateau, knee and verdict from the sweep's summary when present, and
 the time series from ``analysis.timeseries`` over the saved request records and telemetry
-samples (downsampled, which keeps a 10-level sweep far below a few megabytes).
+samples (downsampled, which keeps a 10-level sweep far below a few megabytes). It reads no file:
+the runs come loaded (``store.load_runs``), their records through each run's ``records`` loader.
 
 Sections: verdict and headline figures, throughput vs concurrency, latency vs concurrency, the
 throughput-latency frontier, the table of levels, each level over time, and the spec and
@@ -31,9 +32,9 @@ from plateau_bench.errors import ConfigError
 from plateau_bench.report import plots
 from plateau_bench.report.html_turns import has_turns, turns_table
 from plateau_bench.report.repeats import repeat_table_html
-from plateau_bench.report.tables import COLUMNS, ReportRun, format_cell, load_runs
+from plateau_bench.report.tables import COLUMNS, format_cell
 from plateau_bench.result import LevelResult
-from plateau_bench.store import kept_attempts, load_requests, load_telemetry
+from plateau_bench.run_view import ReportRun
 
 _esc = html.escape
 
@@ -213,12 +214,10 @@ def _level_title(run: ReportRun, lv: LevelResult, several: bool) -> str:
 
 
 def _timeseries(run: ReportRun, index: int, several: bool) -> str:
-    attempts = kept_attempts(run.result)
-    requests = load_requests(run.path, attempts=attempts)
-    telemetry = load_telemetry(run.path, attempts=attempts)
+    records = run.records()
     figures = []
     for j, lv in enumerate(run.levels):
-        series = level_series(requests.get(lv.label, []), telemetry.get(lv.label, []))
+        series = level_series(records.level_requests(lv.label), records.level_telemetry(lv.label))
         if series.empty:
             continue
         window = (lv.window_start_s, lv.window_end_s)
@@ -341,7 +340,7 @@ def write_text(path: str | Path, text: str) -> Path:
     return p
 
 
-def write_html(run_dirs: Sequence[str | Path], out_path: str | Path) -> Path:
-    """Render the report of ``run_dirs`` (one or several result directories) to ``out_path``."""
+def write_html(runs: Sequence[ReportRun], out_path: str | Path) -> Path:
+    """Render the report of ``runs`` (one or several, loaded by ``store.load_runs``) to ``out_path``."""
     check_writable(out_path)
-    return write_text(out_path, render_html(load_runs(run_dirs)))
+    return write_text(out_path, render_html(runs))

@@ -10,8 +10,8 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from plateau_bench.report.tables import ReportRun
 from plateau_bench.result import LevelResult
+from plateau_bench.run_view import ReportRun
 
 _esc = html.escape
 _TEXT = ' class="t"'   # a left-aligned text column

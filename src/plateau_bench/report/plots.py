@@ -40,8 +40,9 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from plateau_bench.analysis.timeseries import LevelSeries
 from plateau_bench.errors import ConfigError
-from plateau_bench.report.tables import ReportRun, x_value
+from plateau_bench.report.tables import x_value
 from plateau_bench.result import LevelResult
+from plateau_bench.run_view import ReportRun
 
 PALETTE = ("#1f5fa8", "#d9822b", "#2e8b57", "#8e44ad", "#c0392b", "#5d6d7e", "#b8860b", "#17a2b8")
 INK = "#2d3748"

@@ -1,8 +1,7 @@
-"""Level tables for export (Markdown, CSV, JSON) and the run view every report reads.
+"""Level tables for export (Markdown, CSV, JSON).
 
-A ``ReportRun`` is one result directory as the report sees it: its typed ``ResultFile`` (levels, and
-the sweep's plateau, knee and verdict when they were written).
-The tables only select and format figures from the levels; nothing is recomputed here.
+The tables render ``ReportRun``s (``run_view``; loaded by ``store.load_runs`` in the command): they only
+select and format figures from the levels; nothing is read or recomputed here.
 
 Markdown is for pull requests and chats (one table per run), CSV for spreadsheets (one row per
 level, a ``run`` column when several runs are given), JSON for scripts (numbers unrounded).
@@ -14,43 +13,15 @@ import csv
 import io
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.result import LevelResult, ResultFile
-from plateau_bench.spec import WorkloadSpec
-from plateau_bench.store import load_result
+from plateau_bench.result import LevelResult
+from plateau_bench.run_view import ReportRun
 
 FORMATS = ("md", "csv", "json")
-
-
-@dataclass(frozen=True)
-class ReportRun:
-    """One result directory, loaded for presentation."""
-
-    name: str
-    path: Path
-    result: ResultFile
-
-    @property
-    def levels(self) -> list[LevelResult]:
-        return self.result.levels
-
-    @property
-    def workload(self) -> WorkloadSpec:
-        return self.result.spec.workload
-
-
-def load_report_run(path: str | Path) -> ReportRun:
-    """Load one result directory; ``ResultsError`` (one line) when it holds no usable results."""
-    p = Path(path)
-    result = load_result(p)
-    name = (p if p.is_dir() else p.parent).resolve().name
-    return ReportRun(name=name, path=p, result=result)
 
 
 def x_value(level: LevelResult) -> float | None:
@@ -151,16 +122,3 @@ def render_table(runs: Sequence[ReportRun], fmt: str) -> str:
         raise ConfigError(f"unknown table format {fmt!r}: choose one of {', '.join(FORMATS)}")
     return renderers[fmt](runs)
 
-
-def load_runs(run_dirs: Sequence[str | Path]) -> list[ReportRun]:
-    """Load several result directories; runs sharing a directory name get a numeric suffix."""
-    if not run_dirs:
-        raise ConfigError("no result directory given")
-    runs = [load_report_run(p) for p in run_dirs]
-    seen: dict[str, int] = {}
-    named: list[ReportRun] = []
-    for run in runs:
-        n = seen.get(run.name, 0)
-        seen[run.name] = n + 1
-        named.append(run if n == 0 else ReportRun(f"{run.name} ({n + 1})", run.path, run.result))
-    return named

@@ -359,3 +359,13 @@ def load_runs(paths: Sequence[str | Path]) -> list[ReportRun]:
         named.append(run if n == 0 else run.renamed(f"{run.name} ({n + 1})"))
     return named
 
+
+def run_names(paths: Sequence[Path]) -> list[str]:
+    """Directory names; where two collide, enough parent components to tell them apart."""
+    parts = [(p.parent if p.name == RESULT_FILE else p).resolve().parts for p in paths]
+    depth = 1
+    while True:
+        names = ["/".join(pp[-depth:]) for pp in parts]
+        if len(set(names)) == len(names) or depth >= max(len(pp) for pp in parts):
+            return names
+        depth += 1

@@ -17,10 +17,10 @@ from plateau_bench.commands import compare
 from plateau_bench.commands.compare import load_run
 from plateau_bench.errors import PlateauError
 from plateau_bench.records import RequestRecord
-from plateau_bench.report.compare import comparison_lines, comparison_table, display_levels, run_names
+from plateau_bench.report.compare import comparison_lines, comparison_table, display_levels
 from plateau_bench.result import Latency, LevelResult, ResultFile, RunSpec, TargetPublic
 from plateau_bench.spec import WorkloadSpec
-from plateau_bench.store import ResultWriter, load_result
+from plateau_bench.store import ResultWriter, load_result, run_names
 
 GRID = (1, 2, 4, 8, 12, 16, 24, 32, 64, 128, 256)
 MS = 1_000_000

@@ -1,7 +1,8 @@
 """``plateau compare RUN RUN [...]``: crossovers, SLO capacity, cost and users at a latency target.
 
 The analysis is ``analysis.compare.compare_runs``, the rendering ``report.compare``; this module
-parses the options, loads the result directories, calls the one and prints the other (or the JSON).
+parses the options, loads the result directories through ``store`` (named by ``store.run_names``),
+calls the one and prints the other (or the JSON).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from plateau_bench.analysis.plateau import SearchConfig
 from plateau_bench.analysis.slo import parse_slo
 from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ConfigError
-from plateau_bench.report.compare import comparison_lines, comparison_table, run_names
+from plateau_bench.report.compare import comparison_lines, comparison_table
 from plateau_bench.spec import parse_duration, parse_int_list
-from plateau_bench.store import kept_attempts, load_requests, load_result
+from plateau_bench.store import kept_attempts, load_requests, load_result, run_names
 
 
 def load_run(path: Path, name: str, *, with_requests: bool = False) -> RunData:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from pathlib import Path
 
 from rich.table import Table
 from rich.text import Text
@@ -20,20 +19,8 @@ from plateau_bench.analysis.crossover import PairResult
 from plateau_bench.analysis.repeats import RepeatComparison
 from plateau_bench.report.repeats import COLUMNS as REPEAT_COLUMNS
 from plateau_bench.report.repeats import interval_text
-from plateau_bench.store import RESULT_FILE
 
 MAX_COLUMNS = 6
-
-
-def run_names(paths: Sequence[Path]) -> list[str]:
-    """Directory names; where two collide, enough parent components to tell them apart."""
-    parts = [(p.parent if p.name == RESULT_FILE else p).resolve().parts for p in paths]
-    depth = 1
-    while True:
-        names = ["/".join(pp[-depth:]) for pp in parts]
-        if len(set(names)) == len(names) or depth >= max(len(pp) for pp in parts):
-            return names
-        depth += 1
 
 
 def _num(v: float | None) -> str:

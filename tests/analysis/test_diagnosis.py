@@ -329,9 +329,9 @@ def test_the_terminal_and_html_verdicts_show_both_limits() -> None:
     from rich.console import Console
 
     from plateau_bench.report.html import _verdict
-    from plateau_bench.report.tables import ReportRun
     from plateau_bench.report.terminal import verdict_text
     from plateau_bench.result import ResultFile
+    from plateau_bench.run_view import ReportRun
 
     v = diagnose(kv_bound_at_a_reachable_cap(False))
     v.gpu_evidence = ["GPUs at 39 % of their power limit"]

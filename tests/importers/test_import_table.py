@@ -14,8 +14,9 @@ from plateau_bench.importers import import_sources
 from plateau_bench.importers.common import MISSING_PREFIX, Where
 from plateau_bench.importers.headers import classify
 from plateau_bench.importers.table import parse_cell
-from plateau_bench.report.tables import ReportRun, to_csv
+from plateau_bench.report.tables import to_csv
 from plateau_bench.result import LevelResult, ResultFile
+from plateau_bench.run_view import ReportRun
 
 from conftest import DATA, load
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import secrets
@@ -10,7 +9,6 @@ from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
 
-import msgspec
 import typer
 from rich.console import Console
 
@@ -20,7 +18,6 @@ from plateau_bench.errors import ConfigError, PlateauError
 from plateau_bench.spec import (
     DEFAULT_SESSION_HEADER,
     LengthSpec,
-    LevelSpec,
     TargetSpec,
     WorkloadSpec,
     parse_duration,
@@ -28,6 +25,7 @@ from plateau_bench.spec import (
     redact_url,
     split_userinfo,
 )
+from plateau_bench.sweep.job import Placement, Telemetry, Twin
 
 TARGET = "Target"
 WORKLOAD = "Workload"
@@ -85,8 +83,6 @@ SessionHeader = Annotated[str, typer.Option("--session-header", help="Header car
 Trace = Annotated[Path | None, typer.Option("--trace", help="Replay a trace at its recorded times and lengths: "
                                             "Azure CSV, Mooncake JSONL (hash_ids), or plain JSONL/CSV "
                                             "(time_s, input_len, output_len).", rich_help_panel=WORKLOAD)]
-TimeScale = Annotated[float, typer.Option("--time-scale", help="--trace: replay this many times faster "
-                                          "(offsets divided by it).", rich_help_panel=WORKLOAD)]
 Dataset = Annotated[Path | None, typer.Option("--dataset", help="JSONL of prompts or ShareGPT JSON.",
                                               rich_help_panel=WORKLOAD)]
 AllowReuse = Annotated[bool, typer.Option("--allow-reuse", help="--dataset: repeat its prompts once every one was "
@@ -102,7 +98,8 @@ Tokenizer = Annotated[str | None, typer.Option("--tokenizer", help="Local Huggin
                                                "tokenizer.json (exact prompt lengths).", rich_help_panel=WORKLOAD)]
 Out = Annotated[Path | None, typer.Option("--out", help="Result directory (result.json, requests.jsonl, "
                                           "telemetry.jsonl).", rich_help_panel=OUTPUT)]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No live view.", rich_help_panel=OUTPUT)]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Show no progress while measuring (the live view; "
+                                     "tune's line per server start and level).", rich_help_panel=OUTPUT)]
 CONFIG = "Config file"
 ConfigFile = Annotated[Path | None, typer.Option(
     "--config", help="Read the flags from this YAML file (keys: the flags without the dashes, e.g. input-len: "
@@ -328,32 +325,6 @@ def load_placement(workers: str | None, ray: str | None,
     if ray is not None and not ray.strip():
         raise ConfigError("--ray is empty: give auto or the cluster's address (host:port or ray://host:port)")
     return parse_workers(workers), ray.strip() if ray is not None else None, per_node
-def session_level(level: LevelSpec, workload: WorkloadSpec) -> LevelSpec:
-    """A level for multi-turn sessions: a burst sends every turn of C conversations."""
-    if not workload.sessions:
-        return level
-    if level.mode == "burst" and level.num_requests is None and level.concurrency is not None:
-        from plateau_bench.workload.lengths import nominal_length
-
-        turns = nominal_length(workload.turns, "--turns") if workload.turns is not None else 1
-        return msgspec.structs.replace(level, num_requests=level.concurrency * turns)
-    return level
-
-
-def trace_level(workload: WorkloadSpec, time_scale: float, max_concurrency: int | None) -> LevelSpec:
-    """The open-loop level that replays ``workload.trace`` at ``time_scale``."""
-    from plateau_bench.workload.trace import load_trace
-
-    assert workload.trace is not None
-    if not (math.isfinite(time_scale) and time_scale > 0):
-        raise ConfigError(f"--time-scale must be > 0 and finite (got {time_scale})")
-    trace = load_trace(workload.trace, limit=workload.trace_requests)
-    level = LevelSpec(mode="rate", rate=trace.rate(time_scale), num_requests=len(trace.rows),
-                      max_concurrency=max_concurrency, time_scale=time_scale)
-    level.validate()
-    return level
-
-
 # -- option groups (``commands.groups``): the flags above, as the structs the commands take --------------
 
 class TargetFlags(OptionGroup, frozen=True, kw_only=True):
@@ -382,12 +353,18 @@ class TargetFlags(OptionGroup, frozen=True, kw_only=True):
     def dcgm_urls(self) -> list[str]:
         return gpu_metrics_urls(self.gpu_metrics_url)
 
+    def telemetry(self) -> Telemetry:
+        return Telemetry(self.metrics_url, self.no_metrics, tuple(self.dcgm_urls()))
+
 
 class TwinFlags(OptionGroup, frozen=True, kw_only=True):
     """The simulated engine started when no ``--url`` is given."""
 
     preset: Preset = "tiny"
     sim_speed: SimSpeed = 1.0
+
+    def twin(self) -> Twin:
+        return Twin(self.preset, self.sim_speed)
 
 
 class PlacementFlags(OptionGroup, frozen=True, kw_only=True):
@@ -397,17 +374,27 @@ class PlacementFlags(OptionGroup, frozen=True, kw_only=True):
     ray: Ray = None
     workers_per_node: WorkersPerNode = None
 
-    def resolve(self) -> tuple[int | str | None, str | None, int]:
-        return load_placement(self.workers, self.ray, self.workers_per_node)
+    def placement(self) -> Placement:
+        return Placement(*load_placement(self.workers, self.ray, self.workers_per_node))
 
 
-class WorkloadFlags(OptionGroup, frozen=True, kw_only=True):
-    """What each request asks: lengths, prompts, shared prefixes, sessions, a trace (run, sweep)."""
+class LengthFlags(OptionGroup, frozen=True, kw_only=True):
+    """How long each request's prompt and answer are (run, sweep, sim, tune)."""
 
     input_len: InputLen = "128"
     output_len: OutputLen = "128"
     range_ratio: RangeRatio = 0.0
     length_convention: LengthConvention = "plateau"
+
+    def workload(self) -> WorkloadSpec:
+        """The validated workload of fresh synthetic prompts of these lengths."""
+        return workload_spec(self.input_len, self.output_len, self.range_ratio, None, 0, None,
+                             self.length_convention, prompt_salt=prompt_salt(None))
+
+
+class WorkloadFlags(LengthFlags, frozen=True, kw_only=True):
+    """What each request asks: lengths, prompts, shared prefixes, sessions, a trace (run, sweep)."""
+
     prefix_groups: PrefixGroups = 0
     prefix_len: PrefixLen = 0
     sessions: Sessions = 0
@@ -439,6 +426,11 @@ class OutputFlags(OptionGroup, frozen=True, kw_only=True):
     quiet: Quiet = False
     as_json: Json = False
 
+    @property
+    def live(self) -> bool:
+        """Whether the live view shows (not with --quiet, nor when stdout is the JSON summary)."""
+        return not self.quiet and not self.as_json
 
-NO_TARGET, EMBEDDED, ANYWHERE, DEFAULT_WORKLOAD, NO_OUTPUT = (
-    TargetFlags(), TwinFlags(), PlacementFlags(), WorkloadFlags(), OutputFlags())
+
+NO_TARGET, EMBEDDED, ANYWHERE, DEFAULT_WORKLOAD, NO_OUTPUT, DEFAULT_LENGTHS = (
+    TargetFlags(), TwinFlags(), PlacementFlags(), WorkloadFlags(), OutputFlags(), LengthFlags())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -16,14 +17,15 @@ from rich.console import Console
 from rich.table import Table
 
 from plateau_bench.aio import run as run_async
-from plateau_bench.analysis.plateau import SearchConfig
-from plateau_bench.analysis.slo import parse_slo
 from plateau_bench.commands import options as o
 from plateau_bench.commands.config_file import ConfiguredCommand, note_result_dir
+from plateau_bench.commands.groups import grouped
+from plateau_bench.commands.load_flags import STOP_DEFAULTS, Ceiling, GridFlags, StopRuleFlags
 from plateau_bench.errors import ConfigError
 from plateau_bench.result import LevelResult, ResultFile
-from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration, parse_int_list
-from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
+from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration
+from plateau_bench.sweep.build import SweepAsk, concurrency_plan
+from plateau_bench.sweep.plan import ConcurrencyPlan
 from plateau_bench.sweep.tune import Measure, TuneParam, plan_for
 
 
@@ -33,8 +35,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class TuneGrid(GridFlags, frozen=True, kw_only=True):
+    """Each setting's sweep: a fixed grid at every setting, or the adaptive search up to 1024."""
+
+    max_concurrency: Ceiling = 1024
+
+
+TUNE_GRID = TuneGrid()
+
+
 class _Levels:
     """One stderr line per measured level (nothing with ``--quiet``)."""
+
+    progress = None
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
@@ -51,89 +64,67 @@ def _measurer(serve: str, url: str | None, model: str | None, workload: Workload
               ready_s: float, out_dir: Path, params: list[TuneParam], start: dict[str, int],
               quiet: bool = False) -> Measure:
     from plateau_bench.driver.server_process import ServerProcess
-    from plateau_bench.sweep.session import measure, metrics_url_for, prepare
+    from plateau_bench.sweep.job import Job, run_job
     from plateau_bench.sweep.tune import render
 
     async def measured(setting: dict[str, int], run_dir: Path) -> tuple[ResultFile, float | None]:
-        own = plan_for(plan, setting, params, start)
         port = free_port()
         base = url or f"http://127.0.0.1:{port}"
         log = out_dir / f"{run_dir.name}.server.log"
         if not quiet:
             print(f"plateau tune: starting the server with {setting} (log {log})", file=sys.stderr)
+        job = Job(url=base, target=lambda u: o.target_spec(u, model, "completions", None, None, "600s"),
+                  workload=workload, plan=plan_for(plan, setting, params, start), out_dir=run_dir,
+                  existing="overwrite")
         async with ServerProcess(render(serve, setting, port), base, log, ready_timeout_s=ready_s) as server:
-            target = o.target_spec(base, model, "completions", None, None, "600s")
-            prepared = await prepare(target, workload, wait_ready_s=None)
-            m_url, required = metrics_url_for(prepared.target, None, False)
-            done = await measure(prepared, workload, own, out_dir=run_dir, metrics_url=m_url,
-                                 metrics_required=required, observer=_Levels(quiet), progress=lambda: None,
-                                 existing="overwrite")
-            return done.result, server.ready_s
+            done = await run_job(job, nullcontext(_Levels(quiet)))
+        if done.finished_early:   # the first Ctrl-C finished the level; the tune stops with it
+            raise KeyboardInterrupt
+        return done.result, server.ready_s
     return measured
 
 
-def tune_cmd(  # long: one option per line
+@grouped
+def tune_cmd(
     serve: Annotated[str, typer.Option("--serve", help="The server's command with {param} placeholders and {port}, "
                                        "e.g. 'vllm serve M --max-num-seqs {max_num_seqs} --port {port}'.")],
     param: Annotated[list[str], typer.Option("--param", help="name=lo..hi (lo, the powers of two between, hi) or "
                                              "name=a,b,c; repeat for several.")],
     start: Annotated[list[str] | None, typer.Option("--start", help="name=value to measure first (default: the "
                                                     "second value of each grid).")] = None,
-    slo: Annotated[str | None, typer.Option("--slo", help="Rank by the throughput of the largest load meeting it.")]
-    = None,
     candidates: Annotated[int, typer.Option("--candidates", help="How many predicted-best settings to measure.")] = 2,
     brute_force: Annotated[bool, typer.Option("--brute-force", help="Also measure every other setting (a check of "
                                               "the method; costs a restart each).")] = False,
     url: Annotated[str | None, typer.Option("--url", help="Where the server answers (default: 127.0.0.1 on the "
                                             "{port} tune picks).")] = None,
     model: o.Model = None,
-    input_len: Annotated[int, typer.Option("--input-len", help="Prompt tokens per request.")] = 128,
-    output_len: Annotated[int, typer.Option("--output-len", help="Output tokens per request.")] = 128,
-    range_ratio: o.RangeRatio = 0.0,
-    max_concurrency: Annotated[int, typer.Option("--max-concurrency", help="The sweeps never go above this.")] = 1024,
-    concurrency: Annotated[str | None, typer.Option("--concurrency", "-c", help="Sweep this fixed grid at every "
-                                                    "setting (default: the adaptive search).")] = None,
-    min_level_time: Annotated[str, typer.Option("--min-level-time", help="Shortest steady window.")] = "5s",
-    max_level_time: Annotated[str, typer.Option("--max-level-time", help="Longest level of each sweep.")] = "60s",
-    drain: o.Drain = True,
-    wait_ready: Annotated[str, typer.Option("--wait-ready", help="How long a server may take to start.")] = "10m",
+    wait_ready: o.WaitReady = "10m",
+    lengths: o.LengthFlags = o.DEFAULT_LENGTHS,
+    grid: TuneGrid = TUNE_GRID,
+    stop: StopRuleFlags = STOP_DEFAULTS,
     out: Annotated[Path, typer.Option("--out", help="Directory for the sweeps, server logs and tune.json.")]
     = Path("runs/tune"),
     as_json: o.Json = False,
     config_file: o.ConfigFile = None,
     print_config: o.PrintConfig = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No line per server start and level.")] = False,
+    quiet: o.Quiet = False,
 ) -> None:
     """Find the best server setting: measure one, calibrate the twin, measure only what it predicts best."""
-    from plateau_bench.sweep.tune import check_template, parse_param, run_tune, settings
+    from plateau_bench.sweep.tune import check_template, parse_param, parse_start, run_tune, settings
 
     params = [parse_param(p) for p in param]
     check_template(serve, params, url is not None)
     if candidates < 0:
         raise ConfigError(f"--candidates must be >= 0 (got {candidates})")
-    chosen = {}
-    for item in start or []:
-        name, _, value = item.partition("=")
-        if not value.strip().isdigit():
-            raise ConfigError(f"--start {item!r}: write name=value (a positive integer)")
-        chosen[name.strip()] = int(value)
-    first = {p.name: chosen.get(p.name, p.values[min(1, len(p.values) - 1)]) for p in params}
-    workload = WorkloadSpec(input_len=input_len, output_len=output_len, range_ratio=range_ratio,
-                            prompt_salt=o.prompt_salt(None))
-    workload.validate()
-    slos = parse_slo(slo) if slo else []
-    grid = tuple(parse_int_list(concurrency, "--concurrency")) if concurrency else None
-    plan = ConcurrencyPlan(mode="steady", concurrencies=grid,
-                           search=SearchConfig(max_concurrency=max(grid) if grid else max_concurrency),
-                           limits=SweepLimits(min_level_s=parse_duration(min_level_time, "--min-level-time"),
-                                              max_level_s=parse_duration(max_level_time, "--max-level-time"),
-                                              slos=tuple(slos), drain=drain))
-    plan.validate()
+    first = parse_start(start or [], params)
+    workload = lengths.workload()
+    limits = stop.limits()
+    plan = concurrency_plan(SweepAsk(concurrency=grid.concurrency, max_concurrency=_ceiling(grid)), limits)
     out.mkdir(parents=True, exist_ok=True)
-    measure = _measurer(serve, url, model, workload, plan, parse_duration(wait_ready, "--wait-ready"), out, params,
-                        first, quiet)
-    done = run_async(run_tune(params, first, measure, out, workload=workload, slos=slos, candidates=candidates,
-                              brute_force=brute_force, serve=serve))
+    measure = _measurer(serve, url, model, workload, plan, parse_duration(wait_ready or "10m", "--wait-ready"), out,
+                        params, first, quiet)
+    done = run_async(run_tune(params, first, measure, out, workload=workload, slos=list(limits.slos),
+                              candidates=candidates, brute_force=brute_force, serve=serve))
     text = msgspec.json.format(msgspec.json.encode(done), indent=2).decode()
     (out / "tune.json").write_text(text + "\n")
     note_result_dir(out)
@@ -141,6 +132,13 @@ def tune_cmd(  # long: one option per line
         typer.echo(text)
         return
     print_tune(o.wide_console(), done, len(settings(params)))
+
+
+def _ceiling(grid: GridFlags) -> int:
+    """A fixed grid is its own ceiling (the search's ceiling is checked against the grid's top)."""
+    from plateau_bench.spec import parse_int_list
+
+    return max(parse_int_list(grid.concurrency, "--concurrency")) if grid.concurrency else grid.max_concurrency
 
 
 def print_tune(console: Console, done: object, grid: int) -> None:

@@ -28,20 +28,15 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from plateau_bench.analysis.convergence import PrecisionRule
-from plateau_bench.analysis.diagnosis import diagnose
 from plateau_bench.analysis.level import build_level
-from plateau_bench.analysis.open_loop import rate_summary
-from plateau_bench.analysis.plateau import plateau_and_knee
 from plateau_bench.analysis.repeats import add_repeat, repeat_figures
 from plateau_bench.analysis.slo import goodput, level_meets, violations
-from plateau_bench.analysis.slo_boundary import slo_boundary
 from plateau_bench.level_run import LevelRun, LevelRunner, StopRequested, StopRule
 from plateau_bench.records import RequestRecord
-from plateau_bench.result import LevelResult, ResultFile, SearchSettings, SloSummary
+from plateau_bench.result import LevelResult, ResultFile, SearchSettings
 from plateau_bench.roofline import Roofline
 from plateau_bench.spec import LevelSpec
 from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchPlan, SweepLimits
-from plateau_bench.sweep.trace_plan import TracePlan
 from plateau_bench.units import NS
 
 
@@ -119,7 +114,7 @@ async def run_sweep(
     attempts = dict(attempts) if attempts is not None else {lv.label: lv.attempt for lv in previous}
     state = SweepState(levels=[lv for lv in previous if not damaged(lv)])
     ctx = _Context(runner, stop_rule, on_level, on_record, observer, state, limits,
-                   plan.search if isinstance(plan, ConcurrencyPlan) and plan.concurrencies is None else None)
+                   plan.adaptive_search())
     while True:
         step = plan.next(state.levels)
         if step.level is None:
@@ -286,36 +281,12 @@ async def _measure(ctx: _Context, spec: LevelSpec, label: str, phase: str, attem
 
 def conclude(result: ResultFile, state: SweepState, plan: Plan, engine: str | None,
              roofline: Roofline | None = None) -> None:
-    """The sweep-level fields of the result: plateau, knee, SLO capacity, rate summary, verdict
-    (placed on the ``roofline`` when one is given)."""
+    """The sweep-level fields of the result: what the plan's kind concludes (plateau, knee, SLO capacity,
+    rate summary, verdict), placed on the ``roofline`` when one is given."""
     result.stop_reason = state.stop_reason
     result.benchmark_seconds = state.spent_s
     result.levels = list(state.levels)
-    if isinstance(plan, SloSearchPlan):
-        result.slo_boundary = slo_boundary(state.levels, plan.limits.slos, plan.find)
-        if plan.open_loop:
-            result.verdict = diagnose(state.levels, engine=engine, open_loop=rate_summary(state.levels),
-                                      roofline=roofline)
-            return
-        plan = ConcurrencyPlan(mode=plan.mode, limits=plan.limits)
-    if isinstance(plan, RatePlan | TracePlan):   # open loops: given rates, or a trace at growing time scales
-        result.rate_sweep = rate_summary(state.levels)
-        result.verdict = diagnose(state.levels, engine=engine, open_loop=result.rate_sweep, roofline=roofline)
-        return
-    if not isinstance(plan, ConcurrencyPlan):  # one level: only what a single level can show
-        result.verdict = diagnose(state.levels, engine=engine, roofline=roofline)
-        return
-    search = plan.search
-    result.plateau, result.knee = plateau_and_knee(state.levels, search)
-    limits = plan.limits
-    if limits.slos:
-        best = state.slo_max
-        result.slo = SloSummary(bounds=[s.describe() for s in limits.slos],
-                                max_concurrency=best.concurrency if best else None,
-                                throughput=best.output_throughput if best else None)
-    result.verdict = diagnose(state.levels, engine=engine,
-                              plateau_gain=search.plateau_gain,
-                              plateau=result.plateau, knee=result.knee, roofline=roofline)
+    plan.conclude(result, state.levels, state.slo_max, engine, roofline)
 
 
 __all__ = ["OnLevel", "OnRecord", "SweepObserver", "SweepState", "conclude", "damaged", "run_plan", "run_sweep",

@@ -9,6 +9,13 @@ rate, SLO). So a resumed sweep of any kind continues from its saved levels.
   (double until two flat doublings, then bisect the knee's bracket).
 * ``RatePlan``: open loop. Given rates, or ``auto``: a synchronous level (C=1), a maximum-throughput
   level (C=``throughput_concurrency``), then ``steps`` rates evenly between their request rates.
+* ``SloSearchPlan``: the largest load meeting every SLO (``--find``).
+* ``OneLevelPlan``: exactly one given level (``plateau run``).
+
+Beside the next level, a plan answers what the code around it would otherwise ask of its kind: the
+widest load it may drive (``widest``), how many levels to expect (``planned_levels``), whether any of
+its levels is a burst (``closed_steady``), whether it can be resumed, and what a result of it
+concludes (``conclude``: plateau and knee, open-loop summary, SLO boundary, verdict).
 """
 
 from __future__ import annotations
@@ -20,11 +27,14 @@ from typing import Protocol
 
 import msgspec
 
-from plateau_bench.analysis.plateau import next_concurrency, point_of
+from plateau_bench.analysis.diagnosis import diagnose
+from plateau_bench.analysis.open_loop import rate_summary
+from plateau_bench.analysis.plateau import next_concurrency, plateau_and_knee, point_of
 from plateau_bench.analysis.slo import Slo
-from plateau_bench.analysis.slo_boundary import bracket, load_of
+from plateau_bench.analysis.slo_boundary import bracket, load_of, slo_boundary
 from plateau_bench.errors import ConfigError
-from plateau_bench.result import LevelResult, SearchSettings, SweepSettings
+from plateau_bench.result import LevelResult, ResultFile, SearchSettings, SloSummary, SweepSettings
+from plateau_bench.roofline import Roofline
 from plateau_bench.spec import LevelSpec, Mode
 
 RATE_STEPS = 6
@@ -39,9 +49,75 @@ class Step:
 
 
 class Plan(Protocol):
+    """What the loop and the job ask of a plan (``PlanDefaults`` gives the common answers)."""
+
+    @property
+    def limits(self) -> SweepLimits: ...
+
     def next(self, levels: Sequence[LevelResult]) -> Step: ...
 
     def settings(self) -> SweepSettings | None: ...
+
+    def widest(self) -> int: ...
+
+    def planned_levels(self) -> int: ...
+
+    def closed_steady(self) -> bool: ...
+
+    def cannot_resume(self) -> str | None: ...
+
+    def adaptive_search(self) -> SearchSettings | None: ...
+
+    def single_level(self) -> LevelSpec | None: ...
+
+    def prompts_to_prepare(self) -> int | None: ...
+
+    def sends(self) -> int | None: ...
+
+    def conclude(self, result: ResultFile, levels: Sequence[LevelResult], slo_max: LevelResult | None,
+                 engine: str | None, roofline: Roofline | None) -> None: ...
+
+
+class PlanDefaults:
+    """The answers most plans share; a plan overrides what its kind does differently."""
+
+    def planned_levels(self) -> int:
+        return 8
+
+    def closed_steady(self) -> bool:
+        """Whether no level is a burst (a burst of C requests would send only the first turns of sessions)."""
+        return True
+
+    def cannot_resume(self) -> str | None:
+        return None
+
+    def adaptive_search(self) -> SearchSettings | None:
+        """The search whose doubling bar a growing level may stop at (``sweep.loop``), if any."""
+        return None
+
+    def single_level(self) -> LevelSpec | None:
+        return None
+
+    def prompts_to_prepare(self) -> int | None:
+        """The prompts to prepare before the first level (None: each level builds its own)."""
+        return None
+
+    def sends(self) -> int | None:
+        """The requests the plan sends in all, when known in advance (a dataset too small is refused)."""
+        return None
+
+    def conclude(self, result: ResultFile, levels: Sequence[LevelResult], slo_max: LevelResult | None,
+                 engine: str | None, roofline: Roofline | None) -> None:
+        """The verdict a single level supports: only what one level can show."""
+        result.verdict = diagnose(levels, engine=engine, roofline=roofline)
+
+
+def conclude_open_loop(result: ResultFile, levels: Sequence[LevelResult], engine: str | None,
+                       roofline: Roofline | None) -> None:
+    """An open loop (given rates, an auto rate sweep, a trace at growing time scales): the rate summary and
+    the verdict it supports."""
+    result.rate_sweep = rate_summary(levels)
+    result.verdict = diagnose(levels, engine=engine, open_loop=result.rate_sweep, roofline=roofline)
 
 
 @dataclass(frozen=True)
@@ -89,7 +165,7 @@ def _common(limits: SweepLimits) -> SweepSettings:
 
 
 @dataclass(frozen=True)
-class ConcurrencyPlan:
+class ConcurrencyPlan(PlanDefaults):
     mode: Mode = "steady"                        # steady | burst
     concurrencies: tuple[int, ...] | None = None  # a fixed grid; None = adaptive search
     search: SearchSettings = field(default_factory=SearchSettings)
@@ -123,9 +199,32 @@ class ConcurrencyPlan:
                  else LevelSpec(mode="steady", concurrency=c, duration_s=self.limits.max_level_s, warmup=w))
         return Step(level, level.label, phase, reason)
 
+    def widest(self) -> int:
+        return max(self.concurrencies) if self.concurrencies else self.search.max_concurrency
+
+    def planned_levels(self) -> int:
+        return len(self.concurrencies) if self.concurrencies else 12
+
+    def closed_steady(self) -> bool:
+        return self.mode != "burst"
+
+    def adaptive_search(self) -> SearchSettings | None:
+        return self.search if self.concurrencies is None else None
+
+    def conclude(self, result: ResultFile, levels: Sequence[LevelResult], slo_max: LevelResult | None,
+                 engine: str | None, roofline: Roofline | None) -> None:
+        """Plateau and knee, the largest level meeting the SLOs, and the verdict placed on them."""
+        result.plateau, result.knee = plateau_and_knee(levels, self.search)
+        if self.limits.slos:
+            result.slo = SloSummary(bounds=[s.describe() for s in self.limits.slos],
+                                    max_concurrency=slo_max.concurrency if slo_max else None,
+                                    throughput=slo_max.output_throughput if slo_max else None)
+        result.verdict = diagnose(levels, engine=engine, plateau_gain=self.search.plateau_gain,
+                                  plateau=result.plateau, knee=result.knee, roofline=roofline)
+
 
 @dataclass(frozen=True)
-class RatePlan:
+class RatePlan(PlanDefaults):
     rates: tuple[float, ...] | None = None       # None: auto
     throughput_concurrency: int = 256
     steps: int = RATE_STEPS
@@ -180,12 +279,23 @@ class RatePlan:
                           warmup=self.limits.warmup)
         return Step(level, level.label, "rate", "open-loop rate")
 
+    def widest(self) -> int:
+        return self.throughput_concurrency
+
+    def cannot_resume(self) -> str | None:
+        return None if self.rates is not None else \
+            "--resume continues concurrency sweeps and given rates; an auto rate sweep starts afresh"
+
+    def conclude(self, result: ResultFile, levels: Sequence[LevelResult], slo_max: LevelResult | None,
+                 engine: str | None, roofline: Roofline | None) -> None:
+        conclude_open_loop(result, levels, engine, roofline)
+
 
 FINDS = ("max-concurrency", "max-rate")
 
 
 @dataclass(frozen=True)
-class SloSearchPlan:
+class SloSearchPlan(PlanDefaults):
     """``--find``: double the load until an SLO breaks, then bisect to the boundary (``analysis.slo_boundary``).
 
     Concurrency is bisected geometrically on integers until one apart or ``resolution`` apart; a rate
@@ -258,3 +368,57 @@ class SloSearchPlan:
         if self._narrow_enough(load_of(lo), load_of(hi)):
             return Step(None, reason=f"SLO boundary located between {load_of(lo):g} and {load_of(hi):g}")
         return self._step(self._middle(load_of(lo), load_of(hi)), "bisecting the SLO boundary")
+
+    def widest(self) -> int:
+        return 4096 if self.open_loop else int(self.max_load)   # an open loop: as many as the rate needs
+
+    def closed_steady(self) -> bool:
+        return self.open_loop or self.mode != "burst"
+
+    def conclude(self, result: ResultFile, levels: Sequence[LevelResult], slo_max: LevelResult | None,
+                 engine: str | None, roofline: Roofline | None) -> None:
+        """The SLO boundary, then what the levels measured on the way show, as an open or closed loop."""
+        result.slo_boundary = slo_boundary(levels, self.limits.slos, self.find)
+        if self.open_loop:
+            result.verdict = diagnose(levels, engine=engine, open_loop=rate_summary(levels), roofline=roofline)
+            return
+        ConcurrencyPlan(mode=self.mode, limits=self.limits).conclude(result, levels, slo_max, engine, roofline)
+
+
+@dataclass(frozen=True)
+class OneLevelPlan(PlanDefaults):
+    """Exactly one given level (``plateau run``); ``repeat`` measures it that many times."""
+
+    level: LevelSpec
+    repeat: int = 1
+
+    @property
+    def limits(self) -> SweepLimits:
+        return SweepLimits(repeat=self.repeat)
+
+    def next(self, levels: Sequence[LevelResult]) -> Step:
+        if levels:
+            return Step(None, reason="level measured")
+        return Step(self.level, self.level.label, "single", "one level")
+
+    def settings(self) -> SweepSettings | None:
+        return None
+
+    def single_level(self) -> LevelSpec | None:
+        return self.level
+
+    def widest(self) -> int:
+        return self.level.concurrency or self.level.max_concurrency or 0
+
+    def planned_levels(self) -> int:
+        return 1
+
+    def prompts_to_prepare(self) -> int | None:
+        """The requests its prompts are prepared for (an open-ended level: a generous sample)."""
+        n = self.level.total_requests() or max(self.level.concurrency or 0, self.level.max_concurrency or 0, 256)
+        return n + self.level.warmup
+
+    def sends(self) -> int | None:
+        """The requests it sends in all, when known in advance."""
+        n = self.level.total_requests()
+        return (n + self.level.warmup) * self.repeat if n else None

@@ -22,7 +22,7 @@ from plateau_bench.driver.sessions import SessionPool
 from plateau_bench.driver.split import usable_cores
 from plateau_bench.driver.target import TargetInfo, discover, tokenize_remote, wait_ready
 from plateau_bench.errors import ConfigError
-from plateau_bench.level_run import HealthSample, LevelRun, StopRule
+from plateau_bench.level_run import HealthSample, LevelRun
 from plateau_bench.progress import LevelProgress
 from plateau_bench.result import (
     LevelResult,
@@ -35,7 +35,6 @@ from plateau_bench.result import (
     TargetRecord,
     TwinInfo,
 )
-from plateau_bench.roofline import Roofline
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.spec import LevelSpec, TargetSpec, WorkloadSpec
 from plateau_bench.store import (
@@ -49,9 +48,9 @@ from plateau_bench.store import (
     repeats_on_disk,
     tool_info,
 )
+from plateau_bench.sweep.job import Job, Placement
 from plateau_bench.sweep.loop import SweepObserver, SweepState, conclude, run_sweep, stop_rule_for
-from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchPlan, Step, SweepLimits
-from plateau_bench.sweep.trace_plan import TracePlan
+from plateau_bench.sweep.plan import Plan, PlanDefaults, Step, SweepLimits
 from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.telemetry.scraper import default_metrics_url
 from plateau_bench.workload.feed import CHUNK
@@ -143,12 +142,10 @@ async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int = P
                     twin, count_tokens)
 
 
-def run_spec(prepared: Prepared, workload: WorkloadSpec, plan: Plan | None = None,
-             level: LevelSpec | None = None, repeat: int = 1) -> RunSpec:
+def run_spec(prepared: Prepared, workload: WorkloadSpec, plan: Plan) -> RunSpec:
     return RunSpec(target=msgspec.convert(prepared.target.public(), TargetPublic), workload=workload,
                    prompt_tokens_source=prepared.token_source, prompt_accuracy=prepared.accuracy,
-                   twin=prepared.twin, sweep=plan.settings() if plan is not None else None, level=level,
-                   repeat=repeat)
+                   twin=prepared.twin, sweep=plan.settings(), level=plan.single_level(), repeat=plan.limits.repeat)
 
 
 def metrics_url_for(target: TargetSpec, metrics_url: str | None, no_metrics: bool) -> tuple[str | None, bool]:
@@ -209,63 +206,39 @@ class SweepRun:
     out_dir: Path | None
 
 
-class _OneLevel:
-    """A plan of exactly one level (``plateau run``)."""
-
-    def __init__(self, level: LevelSpec) -> None:
-        self.level = level
-
-    def next(self, levels: Sequence[LevelResult]) -> Step:
-        if levels:
-            return Step(None, reason="level measured")
-        return Step(self.level, self.level.label, "single", "one level")
-
-    def settings(self) -> SweepSettings | None:
-        return None
-
-
 def _new_result(kind: ResultKind, spec: RunSpec, prepared: Prepared) -> ResultFile:
     info = msgspec.to_builtins(prepared.info)
     return ResultFile(kind=kind, created=now_utc(), tool=tool_info(), host=host_info(), spec=spec,
                       target=msgspec.convert(info, TargetRecord))
 
 
-async def measure(prepared: Prepared, workload: WorkloadSpec,
-                  plan: ConcurrencyPlan | RatePlan | SloSearchPlan | TracePlan | LevelSpec, *,
-                  out_dir: Path | None, metrics_url: str | None, metrics_required: bool,
-                  observer: SweepObserver, progress: Callable[[], LevelProgress | None],
-                  existing: Existing = "refuse", gpu_metrics_urls: Sequence[str] = (),
-                  roofline: Roofline | None = None, workers: int | str | None = None, ray: str | None = None,
-                  workers_per_node: int = 1, repeat: int = 1) -> SweepRun:
-    """Run one level or a sweep of any kind against the prepared target, saving as it goes (the
-    verdict placed on the ``roofline`` when one is given).
+async def measure(prepared: Prepared, job: Job, *, metrics_url: str | None, metrics_required: bool,
+                  observer: SweepObserver, progress: Callable[[], LevelProgress | None]) -> SweepRun:
+    """Run the job's plan (one level or a sweep of any kind) against the prepared target, saving as it
+    goes (the verdict placed on the job's roofline when it has one).
 
-    ``workers``: None runs the load in this process; a count or ``"auto"`` in a pool of load
-    processes started here once for the whole sweep (``driver.pool``). ``ray``: the load as actors on
-    that Ray cluster's nodes instead, ``workers_per_node`` on each (``driver.ray_pool``). ``repeat`` is
-    the single level's ``--repeat``; a sweep's is in its plan's limits.
+    The placement's ``workers``: None runs the load in this process; a count or ``"auto"`` in a pool of
+    load processes started here once for the whole sweep (``driver.pool``). Its ``ray``: the load as
+    actors on that Ray cluster's nodes instead, ``per_node`` on each (``driver.ray_pool``).
     """
-    single = isinstance(plan, LevelSpec)
-    repeat = repeat if isinstance(plan, LevelSpec) else plan.limits.repeat
-    spec = run_spec(prepared, workload, level=plan, repeat=repeat) if isinstance(plan, LevelSpec) else \
-        run_spec(prepared, workload, plan, repeat=repeat)
+    plan, out_dir, existing, workload = job.plan, job.out_dir, job.existing, job.workload
+    spec = run_spec(prepared, workload, plan)
     previous = check_resume(out_dir, spec) if existing == "resume" and out_dir is not None else []
     if existing == "resume" and out_dir is not None and not holds_results(out_dir):
         raise ConfigError(f"--resume {out_dir}: no results there to continue")
-    the_plan: Plan = _OneLevel(plan) if isinstance(plan, LevelSpec) else plan
-    limits = plan.limits if not isinstance(plan, LevelSpec) else None
-    rule = stop_rule_for(limits) if limits else None
-    if (workers is not None or ray is not None) and (prepared.sessions is not None or prepared.schedule_ns):
+    placement = job.placement
+    if (placement.workers is not None or placement.ray is not None) and \
+            (prepared.sessions is not None or prepared.schedule_ns):
         raise ConfigError("--workers and --ray drive single-turn load; multi-turn sessions and trace replay run "
                           "in one process for now: drop --workers/--ray")
-    async with _load_pool(prepared, workload, workers, ray, workers_per_node) as pool:
+    async with _load_pool(prepared, workload, placement) as pool:
         runner = HttpLevelRunner(prepared.target, prepared.source, metrics_url=metrics_url,
                                  metrics_required=metrics_required, count_tokens=prepared.count_tokens,
-                                 progress=progress, seed=workload.seed, gpu_metrics_urls=gpu_metrics_urls,
-                                 pool=pool, sessions=prepared.sessions, schedule_ns=prepared.schedule_ns,
-                                 single=single, dataset_from=dataset_resumes_at(previous))
-        return await _run_and_save(prepared, spec, runner, the_plan, limits or SweepLimits(repeat=repeat), rule,
-                                   observer, out_dir, existing, previous, single, roofline)
+                                 progress=progress, seed=workload.seed,
+                                 gpu_metrics_urls=job.telemetry.dcgm_urls, pool=pool, sessions=prepared.sessions,
+                                 schedule_ns=prepared.schedule_ns, single=plan.single_level() is not None,
+                                 dataset_from=dataset_resumes_at(previous))
+        return await _run_and_save(prepared, spec, runner, job, observer, previous)
 
 
 def dataset_resumes_at(previous: Sequence[LevelResult]) -> int:
@@ -275,8 +248,9 @@ def dataset_resumes_at(previous: Sequence[LevelResult]) -> int:
 
 
 @contextlib.asynccontextmanager
-async def _load_pool(prepared: Prepared, workload: WorkloadSpec, workers: int | str | None, ray: str | None,
-                     workers_per_node: int) -> AsyncIterator[WorkerPool | None]:
+async def _load_pool(prepared: Prepared, workload: WorkloadSpec,
+                     placement: Placement) -> AsyncIterator[WorkerPool | None]:
+    workers, ray = placement.workers, placement.ray
     if workers is None and ray is None:
         yield None
         return
@@ -284,7 +258,7 @@ async def _load_pool(prepared: Prepared, workload: WorkloadSpec, workers: int | 
     if ray is not None:
         from plateau_bench.driver.ray_pool import RayLauncher
 
-        launcher = RayLauncher(ray, workers_per_node)
+        launcher = RayLauncher(ray, placement.per_node)
     size = usable_cores() if workers == "auto" else int(workers or 1)
     tokenizer = workload.tokenizer if prepared.count_tokens is not None else None
     async with WorkerPool(size, auto=workers == "auto", target=prepared.target, prompts=prepared.source,
@@ -292,11 +266,12 @@ async def _load_pool(prepared: Prepared, workload: WorkloadSpec, workers: int | 
         yield pool
 
 
-async def _run_and_save(prepared: Prepared, spec: RunSpec, runner: HttpLevelRunner, the_plan: Plan,
-                        loop_limits: SweepLimits, rule: StopRule | None, observer: SweepObserver,
-                        out_dir: Path | None, existing: Existing, previous: list[LevelResult],
-                        single: bool, roofline: Roofline | None) -> SweepRun:
-    loop_limits.validate(False)
+async def _run_and_save(prepared: Prepared, spec: RunSpec, runner: HttpLevelRunner, job: Job,
+                        observer: SweepObserver, previous: list[LevelResult]) -> SweepRun:
+    plan, out_dir, existing = job.plan, job.out_dir, job.existing
+    plan.limits.validate(False)
+    single = plan.single_level() is not None
+    rule = None if single else stop_rule_for(plan.limits)
     result = _new_result("run" if single else "sweep", spec, prepared)
     writer = ResultWriter(out_dir, result, existing=existing) if out_dir is not None else None
 
@@ -313,11 +288,11 @@ async def _run_and_save(prepared: Prepared, spec: RunSpec, runner: HttpLevelRunn
     resuming = existing == "resume" and out_dir is not None
     try:
         state = await run_sweep(
-            runner, the_plan, loop_limits, stop_rule=rule, on_level=on_level, observer=observer,
+            runner, plan, plan.limits, stop_rule=rule, on_level=on_level, observer=observer,
             on_record=(lambda label, attempt, rep, r: writer.add_request(label, r, attempt, rep)) if writer else None,
             previous=previous, attempts=_attempts(out_dir, previous) if existing == "resume" else None,
             repeats_used=repeats_on_disk(out_dir) if resuming and out_dir is not None else None)
-        conclude(result, state, the_plan, runner.engine, roofline)
+        conclude(result, state, plan, runner.engine, job.roofline)
         if writer is not None:
             writer.flush()
     finally:
@@ -326,11 +301,15 @@ async def _run_and_save(prepared: Prepared, spec: RunSpec, runner: HttpLevelRunn
     return SweepRun(state, result, out_dir)
 
 
-class GridPlan:
+class GridPlan(PlanDefaults):
     """Given levels, measured in order (``plateau sim``)."""
 
-    def __init__(self, levels: Sequence[LevelSpec]) -> None:
+    def __init__(self, levels: Sequence[LevelSpec], repeat: int = 1) -> None:
         self.levels = list(levels)
+        self.limits = SweepLimits(max_error_rate=1.0, repeat=repeat)
+
+    def widest(self) -> int:
+        return max((lv.concurrency or lv.max_concurrency or 0 for lv in self.levels), default=0)
 
     def next(self, levels: Sequence[LevelResult]) -> Step:
         done = {lv.label for lv in levels}
@@ -355,11 +334,11 @@ async def simulate(config: EngineConfig, workload: WorkloadSpec, levels: Sequenc
         if writer is not None:
             writer.add_level(level)
 
-    limits = SweepLimits(max_error_rate=1.0, repeat=repeat)
-    limits.validate(False)
+    plan = GridPlan(levels, repeat)
+    plan.limits.validate(False)
     try:
         state = await run_sweep(
-            VirtualLevelRunner(config, workload, chunks=chunks), GridPlan(levels), limits,
+            VirtualLevelRunner(config, workload, chunks=chunks), plan, plan.limits,
             stop_rule=None, on_level=on_level, observer=observer,
             on_record=(lambda label, attempt, rep, r: writer.add_request(label, r, attempt, rep)) if writer else None)
         result.levels = list(state.levels)

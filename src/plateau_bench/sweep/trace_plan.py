@@ -16,16 +16,17 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from plateau_bench.result import LevelResult, SweepSettings
+from plateau_bench.result import LevelResult, ResultFile, SweepSettings
+from plateau_bench.roofline import Roofline
 from plateau_bench.spec import LevelSpec
-from plateau_bench.sweep.plan import Step, SweepLimits, _common
+from plateau_bench.sweep.plan import PlanDefaults, Step, SweepLimits, _common, conclude_open_loop
 
 KEEP_UP = 0.9
 MAX_SCALE = 1024.0
 
 
 @dataclass(frozen=True)
-class TracePlan:
+class TracePlan(PlanDefaults):
     rate: float                              # the trace's mean rate at time scale 1 (requests/s)
     requests: int
     scales: tuple[float, ...] | None = None  # None: auto (1, 2, 4, ... until it stops keeping up)
@@ -60,6 +61,13 @@ class TracePlan:
     def settings(self) -> SweepSettings:
         return msgspec.structs.replace(_common(self.limits), mode="rate", trace=True,
                                        time_scales=list(self.scales) if self.scales is not None else None)
+
+    def widest(self) -> int:
+        return 1024   # an open loop: connections open as the replay needs them
+
+    def conclude(self, result: ResultFile, levels: Sequence[LevelResult], slo_max: LevelResult | None,
+                 engine: str | None, roofline: Roofline | None) -> None:
+        conclude_open_loop(result, levels, engine, roofline)
 
 
 def keeps_up(level: LevelResult, max_error_rate: float) -> bool:

@@ -101,6 +101,17 @@ def check_template(template: str, params: Sequence[TuneParam], url_given: bool) 
         raise ConfigError("--serve does not contain {port}: add it (plateau tune picks a free port) or give --url")
 
 
+def parse_start(items: Sequence[str], params: Sequence[TuneParam]) -> dict[str, int]:
+    """``--start name=value ...``: the setting measured first (default: each grid's second value)."""
+    chosen = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        if not value.strip().isdigit():
+            raise ConfigError(f"--start {item!r}: write name=value (a positive integer)")
+        chosen[name.strip()] = int(value)
+    return {p.name: chosen.get(p.name, p.values[min(1, len(p.values) - 1)]) for p in params}
+
+
 def settings(params: Sequence[TuneParam]) -> list[dict[str, int]]:
     return [dict(zip([p.name for p in params], combo, strict=True))
             for combo in itertools.product(*(p.values for p in params))]

@@ -1,4 +1,5 @@
-"""Suite-wide hooks: keep the inner loop fast by naming the tests that slow it down.
+"""Suite-wide fixtures and hooks: the in-process CLI (``cli``), and the inner loop kept fast by naming the tests
+that slow it down.
 
 The inner loop (``pytest -m "not slow and not real_server and not browser"``) should stay under a
 minute on two cores. A test without any of those markers that takes SLOW_S seconds or more (set-up,
@@ -12,10 +13,19 @@ from collections import defaultdict
 
 import pytest
 
+from support.loading import Cli, invoke
+
 SLOW_S = 3.0  # the README checks take ~2 s (two CLI processes) and belong in the loop
 EXPENSIVE_MARKERS = ("slow", "real_server", "browser")
 
 _seconds: defaultdict[str, float] = defaultdict(float)
+
+
+@pytest.fixture(scope="session")  # stateless; session scope lets module fixtures (one sweep, several tests) use it
+def cli() -> Cli:
+    """``plateau ARGS`` in this process: ``cli("sim", "--concurrency", "4", env={"COLUMNS": "200"})`` returns
+    click's Result (``exit_code``; ``output``, stdout and stderr together). See support.loading.invoke."""
+    return invoke
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -55,12 +55,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from plateau_bench.cli import app
 from plateau_bench.store import load_summary
 
 from support import real_servers
+from support.loading import Cli
 from support.real_servers import ProvisioningError, ServerHandle
 
 VLLM_MAX_NUM_SEQS = 4
@@ -128,7 +127,10 @@ def run_vllm_bench(vllm_server: ServerHandle) -> Callable[[Sequence[str]], subpr
 
 
 class PlateauCli:
-    """Runs the ``plateau`` CLI in-process, as a user would, against a real server."""
+    """Runs the ``plateau`` CLI in-process (the suite's ``cli`` fixture), as a user would, against a real server."""
+
+    def __init__(self, cli: Cli) -> None:
+        self._cli = cli
 
     def target(self, server: ServerHandle) -> list[str]:
         flags = ["--url", server.url]
@@ -137,7 +139,7 @@ class PlateauCli:
         return flags
 
     def invoke(self, *args: str) -> tuple[int, str]:
-        result = CliRunner().invoke(app, list(args))
+        result = self._cli(*args)
         return result.exit_code, result.output
 
     def saved(self, out: Path, *args: str) -> dict[str, Any]:
@@ -147,5 +149,5 @@ class PlateauCli:
 
 
 @pytest.fixture(scope="session")  # stateless; session scope lets module fixtures (one sweep, several tests) use it
-def plateau_cli() -> PlateauCli:
-    return PlateauCli()
+def plateau_cli(cli: Cli) -> PlateauCli:
+    return PlateauCli(cli)

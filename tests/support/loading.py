@@ -1,13 +1,24 @@
-"""Test helpers shared across test modules: a repository script as a module, the CLI called in-process."""
+"""Test helpers shared across test modules: a repository script as a module, the CLI called in-process.
+
+The CLI two ways: ``plateau(argv, capsys)`` calls ``plateau_bench.cli.main`` as the console script does
+(stdout and stderr apart, through capsys); ``invoke(*args)``, which the ``cli`` fixture (tests/conftest.py)
+hands out, runs the Typer app under typer's CliRunner and returns click's Result (stdout and stderr
+together in ``output``), and needs no capsys, so a module- or session-scoped fixture can use it too.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
 import pytest
+
+if TYPE_CHECKING:
+    from typer.testing import Result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,3 +46,20 @@ def plateau(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         code = int(exc.code or 0)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+class Cli(Protocol):
+    """The ``cli`` fixture's type: ``cli("run", "--url", url, ...)`` runs ``plateau run --url URL ...``."""
+
+    def __call__(self, *args: str, env: Mapping[str, str | None] | None = None,
+                 catch_exceptions: bool = True) -> Result: ...
+
+
+def invoke(*args: str, env: Mapping[str, str | None] | None = None, catch_exceptions: bool = True) -> Result:
+    """``plateau ARGS`` in this process under typer's CliRunner: click's Result (exit_code, output).
+    ``env`` sets variables for the call only (``{"COLUMNS": "200"}`` widens rich's tables)."""
+    from typer.testing import CliRunner
+
+    from plateau_bench.cli import app
+
+    return CliRunner().invoke(app, list(args), env=env, catch_exceptions=catch_exceptions)

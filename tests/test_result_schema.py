@@ -14,12 +14,12 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from typer.testing import CliRunner
 
-from plateau_bench.cli import app
 from plateau_bench.commands.schema import schema_text
 from plateau_bench.result import SCHEMA_VERSION, ResultFile
 from plateau_bench.store import load_result, load_summary
+
+from support.loading import Cli
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "schema" / "result.schema.json"
@@ -45,9 +45,9 @@ def test_one_saved_result_per_schema_version_and_kind() -> None:
     assert {(1, "sim"), (1, "sweep"), (SCHEMA_VERSION, "sim"), (SCHEMA_VERSION, "sweep")} <= seen
 
 
-def test_a_fresh_result_satisfies_the_schema(tmp_path: Path) -> None:
+def test_a_fresh_result_satisfies_the_schema(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "sim"
-    done = CliRunner().invoke(app, ["sim", "--concurrency", "4,16", "--output-len", "16", "--out", str(out)])
+    done = cli("sim", "--concurrency", "4,16", "--output-len", "16", "--out", str(out))
     assert done.exit_code == 0, done.output
     jsonschema.validate(json.loads((out / "result.json").read_text()), json.loads(SCHEMA.read_text()))
 
@@ -63,11 +63,11 @@ def test_version_1_is_upgraded_without_inventing_figures() -> None:
     assert old["plateau"]["throughput"] is None and new.plateau is None
 
 
-def test_a_malformed_levels_list_is_one_line(tmp_path: Path) -> None:
+def test_a_malformed_levels_list_is_one_line(cli: Cli, tmp_path: Path) -> None:
     data = json.loads((ROOT / "tests/data/results/v2-sim/result.json").read_text())
     data["levels"] = [{"label": 3}]
     (tmp_path / "result.json").write_text(json.dumps(data))
     for args in (["diagnose", str(tmp_path)], ["report", str(tmp_path)], ["sweep", "--resume", str(tmp_path)]):
-        done = CliRunner().invoke(app, args)
+        done = cli(*args)
         assert done.exit_code == 2, (args, done.output)
         assert "malformed" in done.output and done.output.strip().count("\n") == 0

@@ -6,9 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from plateau_bench.cli import app
 from plateau_bench.errors import ConfigError
 from plateau_bench.level_run import HealthSample
 from plateau_bench.records import RequestRecord
@@ -22,6 +20,8 @@ from plateau_bench.store import (
     load_result,
     load_runs,
 )
+
+from support.loading import Cli
 
 
 def _record(index: int) -> RequestRecord:
@@ -57,11 +57,11 @@ def test_a_level_measured_again_replaces_the_earlier_attempt(tmp_path: Path) -> 
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full to simulate a full disk")
-def test_a_full_disk_is_one_line_and_finished_levels_are_kept(tmp_path: Path) -> None:
+def test_a_full_disk_is_one_line_and_finished_levels_are_kept(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "sim"
     out.mkdir()
     (out / "requests.jsonl").symlink_to("/dev/full")   # every write of request lines fails: ENOSPC
-    done = CliRunner().invoke(app, ["sim", "--concurrency", "4,8", "--out", str(out), "--overwrite"])
+    done = cli("sim", "--concurrency", "4,8", "--out", str(out), "--overwrite")
     assert done.exit_code == 2
     assert "No space left on device" in done.output and "Traceback" not in done.output
     assert done.output.count("plateau: error") == 1

@@ -8,37 +8,26 @@ from pathlib import Path
 
 import pytest
 
-from plateau_bench.cli import main
+from support.loading import Cli, plateau
 
 GRID = "1,4,8,16,32,64"
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def sim(out: Path, *extra: str) -> Path:
-    with pytest.raises(SystemExit) as exc:
-        main(["sim", "--preset", "tiny", "--mode", "steady", "--duration", "120s", "--range-ratio", "0.5",
-              "--concurrency", GRID, "--out", str(out), *extra])
-    assert exc.value.code in (0, None)
+def sim(cli: Cli, out: Path, *extra: str) -> Path:
+    done = cli("sim", "--preset", "tiny", "--mode", "steady", "--duration", "120s", "--range-ratio", "0.5",
+               "--concurrency", GRID, "--out", str(out), *extra)
+    assert done.exit_code == 0, done.output
     return out
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return sim(tmp_path_factory.mktemp("cal") / "tiny")
+def measured(cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return sim(cli, tmp_path_factory.mktemp("cal") / "tiny")
 
 
 def test_calibrate_prints_and_saves_the_model(measured: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["calibrate", str(measured), "--out", str(tmp_path / "model.json")], capsys)
+    code, out, err = plateau(["calibrate", str(measured), "--out", str(tmp_path / "model.json")], capsys)
     assert code == 0, err
     assert "Step time t = t0" in out and "Fit per level" in out
     assert "cap 32 running requests (diagnosis)" in out
@@ -50,17 +39,16 @@ def test_calibrate_prints_and_saves_the_model(measured: Path, tmp_path: Path,
 
 
 @pytest.mark.slow   # three twin sweeps for the prediction and its band, and the twin at the new cap
-def test_predict_a_doubled_cap_then_check_it_on_the_twin(measured: Path, tmp_path: Path,
+def test_predict_a_doubled_cap_then_check_it_on_the_twin(cli: Cli, measured: Path, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     # Client alone the calibration knows only a lower bound on the KV cache: give the server's figure (its
     # start-up log states it), as a user would.
-    code, out, err = run(["predict", str(measured), "--max-num-seqs", "64", "--kv-tokens", "131072",
-                          "--concurrency", "16,32,64,128,256", "--input-len", "128", "--output-len", "128",
-                          "--json"], capsys)
+    code, out, err = plateau(["predict", str(measured), "--max-num-seqs", "64", "--kv-tokens", "131072",
+                              "--concurrency", "16,32,64,128,256", "--input-len", "128", "--output-len", "128",
+                              "--json"], capsys)
     assert code == 0, err
     predicted = json.loads(out)
-    truth_dir = sim(tmp_path / "cap64", "--max-num-seqs", "64", "--concurrency", "16,32,64,128,256")
-    capsys.readouterr()
+    truth_dir = sim(cli, tmp_path / "cap64", "--max-num-seqs", "64", "--concurrency", "16,32,64,128,256")
     truth = json.loads((truth_dir / "result.json").read_text())
     measured_best = max(lv["output_throughput"] for lv in truth["levels"])
     predicted_best = max(lv["output_throughput"] for lv in predicted["levels"])
@@ -72,7 +60,7 @@ def test_predict_a_doubled_cap_then_check_it_on_the_twin(measured: Path, tmp_pat
 
 @pytest.mark.slow   # an adaptive twin sweep and its band
 def test_predict_prints_the_table_and_the_slo_capacity(measured: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["predict", str(measured), "--concurrency", "8,16,32,64", "--slo", "tpot_p99=6ms"], capsys)
+    code, out, err = plateau(["predict", str(measured), "--concurrency", "8,16,32,64", "--slo", "tpot_p99=6ms"], capsys)
     assert code == 0, err
     assert "Predicted (cap 32" in out and "Predicted plateau" in out and "Within the SLO:" in out
     assert "KV cache is a lower bound" in out
@@ -81,13 +69,13 @@ def test_predict_prints_the_table_and_the_slo_capacity(measured: Path, capsys: p
 @pytest.mark.slow   # twin sweeps at twice and four times the cap
 def test_diagnose_answers_the_what_if_with_the_calibrated_twin(measured: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["diagnose", str(measured), "--json", "--calibrated", str(measured)], capsys)
+    code, out, err = plateau(["diagnose", str(measured), "--json", "--calibrated", str(measured)], capsys)
     assert code == 0, err
     verdict = json.loads(out)["verdict"]
     assert verdict["constraint"] == "admission_cap"
     assert verdict["what_if_model"].startswith("calibrated twin")
     assert verdict["what_if"][0].startswith("the calibrated twin with the cap at 64")
-    code, out, _ = run(["diagnose", str(measured), "--json"], capsys)
+    code, out, _ = plateau(["diagnose", str(measured), "--json"], capsys)
     assert json.loads(out)["verdict"]["what_if_model"].startswith("TPOT slope")
 
 
@@ -96,11 +84,11 @@ def test_diagnose_answers_the_what_if_with_the_calibrated_twin(measured: Path,
     (["predict", "/nonexistent/model.json"], "/nonexistent/model.json"),
 ])
 def test_bad_input_is_one_line(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(argv, capsys)
+    code, _, err = plateau(argv, capsys)
     assert code == 2 and fragment in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
 
 
 def test_predict_refuses_an_impossible_setting(measured: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["predict", str(measured), "--kv-tokens", "4"], capsys)
+    code, _, err = plateau(["predict", str(measured), "--kv-tokens", "4"], capsys)
     assert code == 2 and "--kv-tokens" in err and "Traceback" not in err

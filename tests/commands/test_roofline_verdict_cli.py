@@ -8,37 +8,27 @@ from pathlib import Path
 
 import pytest
 
-from plateau_bench.cli import main
 from plateau_bench.roofline import ceiling_at_batch, read_roofline
+
+from support.loading import Cli, plateau
 
 DATA = Path(__file__).parents[2] / "examples" / "models"
 HARDWARE = ["--gpu", "rtx-pro-6000", "--gpus", "8", "--tp", "8", "--ep", "8", "--dtype", "fp8"]
 ROOFLINE = ["--roofline", str(DATA / "gqa_moe_230b.json"), *HARDWARE]
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.fixture(scope="module")
-def seed_a(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def seed_a(cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Run A's shape on the twin, in virtual time: capped at 256 running requests."""
     out = tmp_path_factory.mktemp("seed-a") / "run"
-    with pytest.raises(SystemExit) as exc:
-        main(["sim", "--preset", "seed-a-tp8ep", "--input-len", "128", "--output-len", "512", "--concurrency",
-              "1,64,128,256,512,1024", "--out", str(out)])
-    assert exc.value.code in (0, None)
+    done = cli("sim", "--preset", "seed-a-tp8ep", "--input-len", "128", "--output-len", "512", "--concurrency",
+               "1,64,128,256,512,1024", "--out", str(out))
+    assert done.exit_code == 0, done.output
     return out
 
 
 def test_diagnose_places_the_plateau_on_the_roofline(seed_a: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(["diagnose", str(seed_a), "--json", *ROOFLINE], capsys)
+    code, out, err = plateau(["diagnose", str(seed_a), "--json", *ROOFLINE], capsys)
     assert code == 0, err
     verdict = json.loads(out)["verdict"]
     assert verdict["constraint"] == "admission_cap"
@@ -54,39 +44,39 @@ def test_diagnose_places_the_plateau_on_the_roofline(seed_a: Path, capsys: pytes
 
 
 def test_diagnose_prints_the_roofline_line(seed_a: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["diagnose", str(seed_a), *ROOFLINE], capsys)
+    code, out, _ = plateau(["diagnose", str(seed_a), *ROOFLINE], capsys)
     assert code == 0
     assert "Roofline:" in out and "of the roofline for this batch" in out
-    code, out, _ = run(["diagnose", str(seed_a)], capsys)
+    code, out, _ = plateau(["diagnose", str(seed_a)], capsys)
     assert code == 0 and "Roofline:" not in out
 
 
 def test_a_saved_roofline_gives_the_same_placement(seed_a: Path, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["roofline", "--model", str(DATA / "gqa_moe_230b.json"), *HARDWARE, "--json"], capsys)
+    code, out, _ = plateau(["roofline", "--model", str(DATA / "gqa_moe_230b.json"), *HARDWARE, "--json"], capsys)
     assert code == 0
     saved = tmp_path / "roofline.json"
     saved.write_text(out)
     rf = read_roofline(saved)
-    code, out, _ = run(["diagnose", str(seed_a), "--json", "--roofline", str(saved)], capsys)
+    code, out, _ = plateau(["diagnose", str(seed_a), "--json", "--roofline", str(saved)], capsys)
     assert code == 0
     placed = json.loads(out)["verdict"]["roofline"]
     assert placed["ceiling_tok_s"] == pytest.approx(ceiling_at_batch(rf, placed["batch"],
                                                                      placed["context_tokens"]).tok_s)
-    code, _, err = run(["diagnose", str(seed_a), "--roofline", str(saved), "--gpu", "h100-sxm"], capsys)
+    code, _, err = plateau(["diagnose", str(seed_a), "--roofline", str(saved), "--gpu", "h100-sxm"], capsys)
     assert code == 2 and "names its hardware: drop --gpu" in err and "Traceback" not in err
 
 
 @pytest.mark.slow   # draws and inlines five figures
 def test_report_draws_the_roofline(seed_a: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     html = tmp_path / "report.html"
-    code, _, err = run(["report", str(seed_a), "--html", str(html), "--png", str(tmp_path / "png"), *ROOFLINE],
-                       capsys)
+    code, _, err = plateau(["report", str(seed_a), "--html", str(html), "--png", str(tmp_path / "png"), *ROOFLINE],
+                           capsys)
     assert code == 0, err
     text = html.read_text()
     assert "Against the hardware" in text and "of the roofline for this batch" in text
     assert (tmp_path / "png" / "roofline.png").stat().st_size > 1000
-    code, _, _ = run(["report", str(seed_a), "--html", str(tmp_path / "plain.html")], capsys)
+    code, _, _ = plateau(["report", str(seed_a), "--html", str(tmp_path / "plain.html")], capsys)
     assert code == 0 and "Against the hardware" not in (tmp_path / "plain.html").read_text()
 
 
@@ -99,22 +89,22 @@ def test_report_draws_the_roofline(seed_a: Path, tmp_path: Path, capsys: pytest.
 ])
 def test_bad_roofline_flags_are_one_line(seed_a: Path, args: list[str], fragment: str,
                                          capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["diagnose", str(seed_a), *args], capsys)
+    code, _, err = plateau(["diagnose", str(seed_a), *args], capsys)
     assert code == 2
     assert fragment in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
 
 
 def test_sweep_takes_the_roofline_before_any_load(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["sweep", "--gpu", "h100-sxm", "--quiet"], capsys)
+    code, _, err = plateau(["sweep", "--gpu", "h100-sxm", "--quiet"], capsys)
     assert code == 2 and "give --roofline CONFIG too" in err
 
 
 @pytest.mark.slow   # a real-time sweep over HTTP against the embedded twin
 def test_sweep_saves_the_placement_in_its_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["sweep", "--concurrency", "1,4,16", "--max-level-time", "3s", "--min-level-time", "1s",
-                        "--sim-speed", "20", "--quiet", "--out", str(tmp_path / "s"),
-                        "--roofline", str(DATA / "dense_gqa_llama.json"), "--gpu", "h100-sxm"], capsys)
+    code, _, err = plateau(["sweep", "--concurrency", "1,4,16", "--max-level-time", "3s", "--min-level-time", "1s",
+                            "--sim-speed", "20", "--quiet", "--out", str(tmp_path / "s"),
+                            "--roofline", str(DATA / "dense_gqa_llama.json"), "--gpu", "h100-sxm"], capsys)
     assert code == 0, err
     saved = json.loads((tmp_path / "s" / "result.json").read_text())["verdict"]["roofline"]
     assert [lv["label"] for lv in saved["levels"]] == ["C=1", "C=4", "C=16"]

@@ -12,15 +12,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from typer.testing import CliRunner
 
-from plateau_bench.cli import app
 from plateau_bench.result import ResultFile
 
-
-def invoke(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(app, list(args))
-    return result.exit_code, result.output
+from support.loading import Cli
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
@@ -45,80 +40,81 @@ def invoke(*args: str) -> tuple[int, str]:
     (["sweep", "--mode", "open"], "--mode must be steady or burst"),
     (["sweep", "--precision", "2"], "--precision must be in (0, 1)"),
 ])
-def test_bad_input_is_one_line(args: list[str], fragment: str) -> None:
-    code, output = invoke(*args)
-    assert code == 2, output
-    assert fragment in output
-    assert "Traceback" not in output
-    assert output.strip().count("\n") == 0
+def test_bad_input_is_one_line(cli: Cli, args: list[str], fragment: str) -> None:
+    result = cli(*args)
+    assert result.exit_code == 2, result.output
+    assert fragment in result.output
+    assert "Traceback" not in result.output
+    assert result.output.strip().count("\n") == 0
 
 
-def test_unwritable_output_directory(tmp_path: Path) -> None:
+def test_unwritable_output_directory(cli: Cli, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    code, output = invoke("run", "--concurrency", "1", "--num-requests", "1", "--out", str(blocker / "sub"),
-                          "--quiet")
-    assert code == 2
-    assert "cannot write to output directory" in output
+    result = cli("run", "--concurrency", "1", "--num-requests", "1", "--out", str(blocker / "sub"),
+                 "--quiet")
+    assert result.exit_code == 2
+    assert "cannot write to output directory" in result.output
 
 
-def test_resume_of_a_directory_without_results(tmp_path: Path) -> None:
-    code, output = invoke("sweep", "--resume", str(tmp_path), "--quiet")
-    assert code == 2
-    assert "result.json not found" in output
+def test_resume_of_a_directory_without_results(cli: Cli, tmp_path: Path) -> None:
+    result = cli("sweep", "--resume", str(tmp_path), "--quiet")
+    assert result.exit_code == 2
+    assert "result.json not found" in result.output
 
 
-def test_diagnose_bad_directories(tmp_path: Path) -> None:
-    code, output = invoke("diagnose", str(tmp_path))
-    assert code == 2 and "no results" in output
+def test_diagnose_bad_directories(cli: Cli, tmp_path: Path) -> None:
+    result = cli("diagnose", str(tmp_path))
+    assert result.exit_code == 2 and "no results" in result.output
     (tmp_path / "result.json").write_text('{"schema_version": 99, "levels": []}')
-    code, output = invoke("diagnose", str(tmp_path))
-    assert code == 2 and "schema 99" in output
+    result = cli("diagnose", str(tmp_path))
+    assert result.exit_code == 2 and "schema 99" in result.output
 
 
-def test_api_key_never_reaches_output_or_results(tmp_path: Path) -> None:
+def test_api_key_never_reaches_output_or_results(cli: Cli, tmp_path: Path) -> None:
     secret = "sk-test-0123456789abcdef"
     out = tmp_path / "run"
-    code, output = invoke("run", "--concurrency", "2", "--num-requests", "4", "--output-len", "8",
-                          "--api-key", secret, "--header", "X-Api-Token:" + secret, "--out", str(out), "--quiet")
-    assert code == 0, output
-    assert secret not in output
+    result = cli("run", "--concurrency", "2", "--num-requests", "4", "--output-len", "8",
+                 "--api-key", secret, "--header", "X-Api-Token:" + secret, "--out", str(out), "--quiet")
+    assert result.exit_code == 0, result.output
+    assert secret not in result.output
     for f in out.iterdir():
         assert secret not in f.read_text(), f.name
 
 
 @pytest.mark.slow
-def test_results_already_in_out_are_never_replaced_silently(tmp_path: Path) -> None:
+def test_results_already_in_out_are_never_replaced_silently(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "run"
     args = ["run", "--concurrency", "2", "--num-requests", "2", "--output-len", "4", "--out", str(out), "--quiet"]
-    assert invoke(*args)[0] == 0
+    assert cli(*args).exit_code == 0
     before = (out / "requests.jsonl").read_bytes()
-    code, output = invoke(*args)
-    assert code == 2 and "already holds results" in output and "--overwrite" in output and "--resume" in output
+    result = cli(*args)
+    assert result.exit_code == 2 and "already holds results" in result.output
+    assert "--overwrite" in result.output and "--resume" in result.output
     assert (out / "requests.jsonl").read_bytes() == before
-    assert invoke(*args, "--overwrite")[0] == 0
+    assert cli(*args, "--overwrite").exit_code == 0
 
 
-def test_an_empty_url_is_an_error_not_the_simulator() -> None:
-    code, output = invoke("run", "--url", "", "--concurrency", "1")
-    assert code == 2 and "--url is empty" in output
+def test_an_empty_url_is_an_error_not_the_simulator(cli: Cli) -> None:
+    result = cli("run", "--url", "", "--concurrency", "1")
+    assert result.exit_code == 2 and "--url is empty" in result.output
 
 
-def test_a_level_without_one_successful_request_exits_1_and_says_why(tmp_path: Path) -> None:
+def test_a_level_without_one_successful_request_exits_1_and_says_why(cli: Cli, tmp_path: Path) -> None:
     from plateau_bench.sim.embed import start_sim_server
     from plateau_bench.sim.faults import parse_faults
     from plateau_bench.sim.presets import get_preset
 
     with start_sim_server(get_preset("tiny"), faults=parse_faults("http_500=1")) as twin:
-        code, output = invoke("run", "--url", twin.url, "--concurrency", "2", "--num-requests", "6",
-                              "--output-len", "4", "--quiet")
-    assert code == 1, output
-    assert "0/6 ok (6 err)" in output and "http_5xx 6" in output
-    assert "Verdict: errors / rate limiting" in output
+        result = cli("run", "--url", twin.url, "--concurrency", "2", "--num-requests", "6",
+                     "--output-len", "4", "--quiet")
+    assert result.exit_code == 1, result.output
+    assert "0/6 ok (6 err)" in result.output and "http_5xx 6" in result.output
+    assert "Verdict: errors / rate limiting" in result.output
 
 
 @pytest.mark.slow
-def test_url_passwords_and_named_secret_headers_never_reach_output_or_results(tmp_path: Path) -> None:
+def test_url_passwords_and_named_secret_headers_never_reach_output_or_results(cli: Cli, tmp_path: Path) -> None:
     from plateau_bench.sim.embed import start_sim_server
     from plateau_bench.sim.presets import get_preset
 
@@ -126,18 +122,18 @@ def test_url_passwords_and_named_secret_headers_never_reach_output_or_results(tm
     out = tmp_path / "sweep"
     with start_sim_server(get_preset("tiny")) as twin:
         url = twin.url.replace("http://", f"http://alice:{secret}@")
-        code, output = invoke("sweep", "--url", url, "--concurrency", "1,2", "--max-level-time", "2s",
-                              "--min-level-time", "1s", "--output-len", "8", "--header", f"X-Tenant:{secret}",
-                              "--secret-header", "X-Tenant", "--out", str(out), "--quiet")
-    assert code == 0, output
-    assert secret not in output
+        result = cli("sweep", "--url", url, "--concurrency", "1,2", "--max-level-time", "2s",
+                     "--min-level-time", "1s", "--output-len", "8", "--header", f"X-Tenant:{secret}",
+                     "--secret-header", "X-Tenant", "--out", str(out), "--quiet")
+    assert result.exit_code == 0, result.output
+    assert secret not in result.output
     for f in out.iterdir():
         assert secret not in f.read_text(), f.name
     assert "***" in (out / "result.json").read_text()
 
 
 @pytest.mark.slow
-def test_gpu_metrics_from_a_dcgm_exporter_are_summarised_per_level(tmp_path: Path) -> None:
+def test_gpu_metrics_from_a_dcgm_exporter_are_summarised_per_level(cli: Cli, tmp_path: Path) -> None:
     import http.server
     import threading
 
@@ -157,50 +153,50 @@ def test_gpu_metrics_from_a_dcgm_exporter_are_summarised_per_level(tmp_path: Pat
     threading.Thread(target=server.serve_forever, daemon=True).start()
     out = tmp_path / "run"
     try:
-        code, output = invoke("run", "--concurrency", "4", "--duration", "2s", "--output-len", "16", "--out", str(out),
-                              "--gpu-metrics-url", f"http://127.0.0.1:{server.server_address[1]}", "--quiet")
+        result = cli("run", "--concurrency", "4", "--duration", "2s", "--output-len", "16", "--out", str(out),
+                     "--gpu-metrics-url", f"http://127.0.0.1:{server.server_address[1]}", "--quiet")
     finally:
         server.shutdown()
         server.server_close()
-    assert code == 0, output
+    assert result.exit_code == 0, result.output
     (level,) = json.loads((out / "result.json").read_text())["levels"]
     assert level["gpu_metrics"]["gpus"] == 4 and level["gpu_metrics"]["power_w_mean"] > 0
     assert '"source":"dcgm"' in (out / "telemetry.jsonl").read_text()
 
 
-def test_a_bad_gpu_metrics_url_is_one_line() -> None:
-    code, output = invoke("run", "--concurrency", "1", "--gpu-metrics-url", "ftp://x")
-    assert code == 2 and "--gpu-metrics-url must start with http" in output
+def test_a_bad_gpu_metrics_url_is_one_line(cli: Cli) -> None:
+    result = cli("run", "--concurrency", "1", "--gpu-metrics-url", "ftp://x")
+    assert result.exit_code == 2 and "--gpu-metrics-url must start with http" in result.output
 
 
-def test_report_exports_vllm_json_that_import_reads_back(tmp_path: Path) -> None:
+def test_report_exports_vllm_json_that_import_reads_back(cli: Cli, tmp_path: Path) -> None:
     sim = tmp_path / "sim"
-    assert invoke("sim", "--concurrency", "4,16", "--output-len", "16", "--out", str(sim))[0] == 0
+    assert cli("sim", "--concurrency", "4,16", "--output-len", "16", "--out", str(sim)).exit_code == 0
     exported = tmp_path / "levels.jsonl"
-    assert invoke("report", str(sim), "--format", "vllm-json", "--output", str(exported))[0] == 0
+    assert cli("report", str(sim), "--format", "vllm-json", "--output", str(exported)).exit_code == 0
     lines = [json.loads(line) for line in exported.read_text().splitlines()]
     assert [line["max_concurrency"] for line in lines] == [4, 16]
-    assert invoke("import", str(exported), "--out", str(tmp_path / "back"))[0] == 0
+    assert cli("import", str(exported), "--out", str(tmp_path / "back")).exit_code == 0
     back = json.loads((tmp_path / "back" / "result.json").read_text())["levels"]
     original = json.loads((sim / "result.json").read_text())["levels"]
     for a, b in zip(original, back, strict=True):
         assert b["output_throughput"] == pytest.approx(a["output_throughput"], rel=1e-6)
 
 
-def test_refusals_are_counted_by_status_with_the_retry_after_asked(tmp_path: Path) -> None:
+def test_refusals_are_counted_by_status_with_the_retry_after_asked(cli: Cli, tmp_path: Path) -> None:
     from plateau_bench.sim.embed import start_sim_server
     from plateau_bench.sim.faults import parse_faults
     from plateau_bench.sim.presets import get_preset
 
     out = tmp_path / "run"
     with start_sim_server(get_preset("tiny"), faults=parse_faults("http_429=0.5,http_500=0.5,retry_after_s=7")) as twin:
-        code, output = invoke("run", "--url", twin.url, "--concurrency", "4", "--num-requests", "12",
-                              "--output-len", "4", "--out", str(out), "--quiet")
-    assert code == 1, output
+        result = cli("run", "--url", twin.url, "--concurrency", "4", "--num-requests", "12",
+                     "--output-len", "4", "--out", str(out), "--quiet")
+    assert result.exit_code == 1, result.output
     (level,) = json.loads((out / "result.json").read_text())["levels"]
     assert sum(level["http_statuses"].values()) == 12 and set(level["http_statuses"]) <= {"429", "500"}
     assert level["retry_after_s_max"] == 7
-    assert "HTTP statuses: " in output and "Retry-After" in output
+    assert "HTTP statuses: " in result.output and "Retry-After" in result.output
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
@@ -214,10 +210,10 @@ def test_refusals_are_counted_by_status_with_the_retry_after_asked(tmp_path: Pat
     (["run", "--concurrency", "4", "--prompt-salt", "-1"], "--prompt-salt must be >= 0"),
     (["sweep", "--allow-reuse"], "--allow-reuse repeats a --dataset's prompts"),
 ])
-def test_new_flags_answer_bad_values_in_one_line(args: list[str], fragment: str) -> None:
-    code, output = invoke(*args)
-    assert code == 2 and fragment in output and "Traceback" not in output
-    assert output.strip().count("\n") == 0
+def test_new_flags_answer_bad_values_in_one_line(cli: Cli, args: list[str], fragment: str) -> None:
+    result = cli(*args)
+    assert result.exit_code == 2 and fragment in result.output and "Traceback" not in result.output
+    assert result.output.strip().count("\n") == 0
 
 
 def _run_until_records(out: Path, *flags: str, size: int = 2_000) -> subprocess.Popen[bytes]:
@@ -324,7 +320,7 @@ def test_a_first_ctrl_c_ends_a_sweep_after_the_level_it_ends_early(tmp_path: Pat
 
 
 @pytest.mark.slow   # two real-time sweeps of the embedded twin, ~5 s each
-def test_no_drain_cancels_the_requests_in_flight_at_a_precise_stop(tmp_path: Path) -> None:
+def test_no_drain_cancels_the_requests_in_flight_at_a_precise_stop(cli: Cli, tmp_path: Path) -> None:
     from plateau_bench.store import load_result
 
     cancelled: dict[bool, list[int]] = {}
@@ -332,8 +328,8 @@ def test_no_drain_cancels_the_requests_in_flight_at_a_precise_stop(tmp_path: Pat
         out = tmp_path / f"drain-{drain}"
         args = ["sweep", "--concurrency", "4,8", "--min-level-time", "1s", "--max-level-time", "10s",
                 "--precision", "0.2", "--input-len", "16", "--output-len", "32", "--out", str(out), "--quiet"]
-        code, output = invoke(*args, *([] if drain else ["--no-drain"]))
-        assert code == 0, output
+        result = cli(*args, *([] if drain else ["--no-drain"]))
+        assert result.exit_code == 0, result.output
         saved = load_result(out)
         assert saved.spec is not None and saved.spec.sweep is not None and saved.spec.sweep.drain is drain
         cancelled[drain] = [lv.cancelled_at_end for lv in saved.levels]
@@ -346,25 +342,26 @@ def _dataset(path: Path, n: int) -> Path:
     return path
 
 
-def test_allow_reuse_is_for_datasets_and_a_short_dataset_is_refused_before_any_request(tmp_path: Path) -> None:
-    code, output = invoke("run", "--concurrency", "4", "--allow-reuse")
-    assert code == 2 and "--allow-reuse repeats a --dataset's prompts" in output
+def test_allow_reuse_is_for_datasets_and_a_short_dataset_is_refused_before_any_request(cli: Cli,
+                                                                                       tmp_path: Path) -> None:
+    result = cli("run", "--concurrency", "4", "--allow-reuse")
+    assert result.exit_code == 2 and "--allow-reuse repeats a --dataset's prompts" in result.output
     data = _dataset(tmp_path / "five.jsonl", 5)
-    code, output = invoke("run", "--mode", "burst", "--concurrency", "8", "--dataset", str(data), "--quiet")
-    assert code == 2, output
-    assert "has 5 prompts and the run sends 8: give --allow-reuse" in output
-    assert "Traceback" not in output
-    code, output = invoke("run", "--mode", "burst", "--concurrency", "4", "--repeat", "2", "--dataset", str(data),
-                          "--quiet")
-    assert code == 2 and "has 5 prompts and the run sends 8" in output, output
+    result = cli("run", "--mode", "burst", "--concurrency", "8", "--dataset", str(data), "--quiet")
+    assert result.exit_code == 2, result.output
+    assert "has 5 prompts and the run sends 8: give --allow-reuse" in result.output
+    assert "Traceback" not in result.output
+    result = cli("run", "--mode", "burst", "--concurrency", "4", "--repeat", "2", "--dataset", str(data),
+                 "--quiet")
+    assert result.exit_code == 2 and "has 5 prompts and the run sends 8" in result.output, result.output
 
 
-def test_a_short_dataset_repeats_only_with_allow_reuse_and_every_repeat_is_counted(tmp_path: Path) -> None:
+def test_a_short_dataset_repeats_only_with_allow_reuse_and_every_repeat_is_counted(cli: Cli, tmp_path: Path) -> None:
     data = _dataset(tmp_path / "five.jsonl", 5)
     out = tmp_path / "reused"
-    code, output = invoke("run", "--mode", "burst", "--concurrency", "8", "--dataset", str(data), "--allow-reuse",
-                          "--out", str(out), "--quiet")
-    assert code == 0, output
+    result = cli("run", "--mode", "burst", "--concurrency", "8", "--dataset", str(data), "--allow-reuse",
+                 "--out", str(out), "--quiet")
+    assert result.exit_code == 0, result.output
     (level,) = msgspec.json.decode((out / "result.json").read_bytes(), type=ResultFile).levels
     assert level.prompts is not None
     assert (level.prompts.requests, level.prompts.repeated, level.prompts.dataset_from) == (8, 3, 0)

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from typer.testing import CliRunner
 
-from plateau_bench.cli import app
 from plateau_bench.sim.embed import start_sim_server
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.store import load_requests, load_result
+
+from support.loading import Cli
 
 if TYPE_CHECKING:
     from conftest import ScriptedServer
@@ -48,8 +48,8 @@ def ray_cluster() -> Iterator[str]:
             os.environ["PYTHONPATH"] = previous
 
 
-def _sweep(url: str, out: Path, *extra: str) -> None:
-    result = CliRunner().invoke(app, ["sweep", "--url", url, "--out", str(out), *FLAGS, *extra])
+def _sweep(cli: Cli, url: str, out: Path, *extra: str) -> None:
+    result = cli("sweep", "--url", url, "--out", str(out), *FLAGS, *extra)
     assert result.exit_code == 0, result.output
 
 
@@ -65,10 +65,10 @@ def test_an_address_where_no_cluster_answers_is_refused_at_once(address: str) ->
 
 @pytest.mark.slow            # a Ray cluster takes ~20 s to start on two cores
 @pytest.mark.timeout(300)
-def test_a_sweep_through_ray_actors_counts_like_one_process(ray_cluster: str, tmp_path: Path) -> None:
+def test_a_sweep_through_ray_actors_counts_like_one_process(cli: Cli, ray_cluster: str, tmp_path: Path) -> None:
     with start_sim_server(get_preset("tiny"), speed=4.0) as twin:
-        _sweep(twin.url, tmp_path / "ray", "--ray", ray_cluster, "--workers-per-node", "1")
-        _sweep(twin.url, tmp_path / "one")
+        _sweep(cli, twin.url, tmp_path / "ray", "--ray", ray_cluster, "--workers-per-node", "1")
+        _sweep(cli, twin.url, tmp_path / "one")
     on_ray, alone = load_result(tmp_path / "ray"), load_result(tmp_path / "one")
     assert [lv.label for lv in on_ray.levels] == [lv.label for lv in alone.levels] == ["C=4", "C=12"]
     for a, b in zip(on_ray.levels, alone.levels, strict=True):

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from typer.testing import CliRunner
 
-from plateau_bench.cli import app, main
 from plateau_bench.driver.load import run_level
 from plateau_bench.driver.sessions import SessionPool, SessionSender
 from plateau_bench.errors import ConfigError, ErrorClass
@@ -22,6 +20,8 @@ from plateau_bench.spec import LengthSpec, LevelSpec, WorkloadSpec
 from plateau_bench.store import load_levels, load_requests
 from plateau_bench.workload import EstimateCounter
 from plateau_bench.workload.sessions import build_sessions
+
+from support.loading import Cli, plateau
 
 
 class FakeTurns:
@@ -139,24 +139,23 @@ async def test_concurrency_counts_sessions_in_the_closed_loop() -> None:
                for turns in by_worker.values())
 
 
-def _twin_run(tmp_path: Path, caching: bool, *extra: str) -> Path:
+def _twin_run(cli: Cli, tmp_path: Path, caching: bool, *extra: str) -> Path:
     config = get_preset("tiny").with_overrides(b_ms=0.05)
     config = msgspec.structs.replace(config, prefix_caching=caching)
     out = tmp_path / ("on" if caching else "off")
     with start_sim_server(config, in_process=True) as twin:
-        result = CliRunner().invoke(app, ["run", "--url", twin.url, "--endpoint", "chat", "--concurrency", "2",
-                                          "--sessions", "4", "--turns", "5", "--input-len", "300", "--output-len",
-                                          "16", "--out", str(out), "--quiet", *extra])
+        result = cli("run", "--url", twin.url, "--endpoint", "chat", "--concurrency", "2", "--sessions", "4",
+                     "--turns", "5", "--input-len", "300", "--output-len", "16", "--out", str(out), "--quiet", *extra)
     assert result.exit_code == 0, result.output
     assert "TTFT p50 by turn (prompt tokens): 1: " in result.output and "5: " in result.output
     return out
 
 
 @pytest.mark.slow   # a second or more: kept out of the inner loop
-def test_multi_turn_ttft_grows_with_history_without_caching_and_stays_flat_with_it(tmp_path: Path) -> None:
+def test_multi_turn_ttft_grows_with_history_without_caching_and_stays_flat_with_it(cli: Cli, tmp_path: Path) -> None:
     ttft = {}
     for caching in (False, True):
-        out = _twin_run(tmp_path, caching)
+        out = _twin_run(cli, tmp_path, caching)
         level = load_levels(out)[0]
         assert [t.turn for t in level.turns] == [0, 1, 2, 3, 4]
         assert all(t.requests == 2 for t in level.turns)   # a burst of 2 sessions x 5 turns
@@ -192,12 +191,12 @@ async def test_open_loop_arrivals_are_whole_conversations() -> None:
 
 
 @pytest.mark.slow   # a second or more: kept out of the inner loop
-def test_open_loop_sessions_on_the_twin(tmp_path: Path) -> None:
+def test_open_loop_sessions_on_the_twin(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "run"
     with start_sim_server(get_preset("tiny"), in_process=True, speed=4.0) as twin:
-        result = CliRunner().invoke(app, ["run", "--url", twin.url, "--endpoint", "chat", "--rate", "20",
-                                          "--duration", "1s", "--sessions", "40", "--turns", "3", "--input-len",
-                                          "50", "--output-len", "8", "--out", str(out), "--quiet"])
+        result = cli("run", "--url", twin.url, "--endpoint", "chat", "--rate", "20", "--duration", "1s",
+                     "--sessions", "40", "--turns", "3", "--input-len", "50", "--output-len", "8", "--out", str(out),
+                     "--quiet")
     assert result.exit_code == 0, result.output
     level = load_levels(out)[0]
     assert [t.turn for t in level.turns] == [0, 1, 2] and level.failed == 0
@@ -208,10 +207,8 @@ def test_open_loop_sessions_on_the_twin(tmp_path: Path) -> None:
 @pytest.mark.parametrize("argv", [["sweep", "--mode", "burst", "--sessions", "2"],
                                   ["sweep", "--mode", "burst", "--concurrency", "1,2", "--sessions", "2"]])
 def test_sessions_refuse_a_sweep_of_bursts(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and err.count("\n") == 1
+    code, _, err = plateau(argv, capsys)
+    assert code == 2 and err.count("\n") == 1
     assert "burst levels (num-requests = C) would send only their first turns" in err
 
 

@@ -14,9 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from typer.testing import CliRunner
 
-from plateau_bench.cli import app, main
 from plateau_bench.driver.load import run_level
 from plateau_bench.records import RequestRecord
 from plateau_bench.sim.embed import start_sim_server
@@ -25,6 +23,8 @@ from plateau_bench.spec import LevelSpec
 from plateau_bench.store import load_levels, load_requests
 from plateau_bench.workload.prompts import Prompt
 from plateau_bench.workload.trace import load_trace
+
+from support.loading import Cli, plateau
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 
@@ -61,11 +61,11 @@ async def test_the_open_loop_follows_the_given_offsets() -> None:
 
 
 @pytest.mark.slow   # a second or more: kept out of the inner loop
-def test_replay_on_the_twin_keeps_the_schedule_and_records_the_lag(tmp_path: Path) -> None:
+def test_replay_on_the_twin_keeps_the_schedule_and_records_the_lag(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "run"
     with start_sim_server(get_preset("tiny")) as twin:
-        result = CliRunner().invoke(app, ["run", "--url", twin.url, "--trace", str(TRACES / "plain.jsonl"),
-                                          "--time-scale", "8", "--out", str(out), "--quiet"])
+        result = cli("run", "--url", twin.url, "--trace", str(TRACES / "plain.jsonl"), "--time-scale", "8", "--out",
+                     str(out), "--quiet")
     assert result.exit_code == 0, result.output
     trace = load_trace(TRACES / "plain.jsonl")
     level = load_levels(out)[0]
@@ -82,11 +82,11 @@ def test_replay_on_the_twin_keeps_the_schedule_and_records_the_lag(tmp_path: Pat
 
 
 @pytest.mark.slow   # a second or more: kept out of the inner loop
-def test_mooncake_hash_ids_hit_the_twins_prefix_cache_as_recorded(tmp_path: Path) -> None:
+def test_mooncake_hash_ids_hit_the_twins_prefix_cache_as_recorded(cli: Cli, tmp_path: Path) -> None:
     trace = load_trace(TRACES / "mooncake.jsonl")
     with start_sim_server(get_preset("tiny"), in_process=True, speed=4.0) as twin:
-        result = CliRunner().invoke(app, ["run", "--url", twin.url, "--trace", str(TRACES / "mooncake.jsonl"),
-                                          "--time-scale", "8", "--out", str(tmp_path / "run"), "--quiet"])
+        result = cli("run", "--url", twin.url, "--trace", str(TRACES / "mooncake.jsonl"), "--time-scale", "8",
+                     "--out", str(tmp_path / "run"), "--quiet")
         with urllib.request.urlopen(twin.url + "/metrics", timeout=10) as resp:
             families = {f.name: f for f in text_string_to_metric_families(resp.read().decode())}
     assert result.exit_code == 0, result.output
@@ -113,7 +113,5 @@ def test_mooncake_hash_ids_hit_the_twins_prefix_cache_as_recorded(tmp_path: Path
     (["run", "--trace", str(TRACES / "plain.csv"), "--sessions", "2"], "cannot be combined with --sessions"),
 ])
 def test_bad_trace_flags_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and message in err and err.count("\n") == 1
+    code, _, err = plateau(argv, capsys)
+    assert code == 2 and message in err and err.count("\n") == 1

@@ -9,18 +9,19 @@ import pytest
 
 from plateau_bench.store import load_requests, load_result
 
-from conftest import DATA, run_cli
+from conftest import DATA
+from support.loading import plateau
 
 
 def _import(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> Path:
     out = tmp_path / "imported"
-    code, _, err = run_cli(["import", *args, "--out", str(out)], capsys)
+    code, _, err = plateau(["import", *args, "--out", str(out)], capsys)
     assert code == 0, err
     return out
 
 
 def _verdict(out: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
-    code, text, err = run_cli(["diagnose", str(out), "--json"], capsys)
+    code, text, err = plateau(["diagnose", str(out), "--json"], capsys)
     assert code == 0, err
     verdict: dict[str, object] = json.loads(text)["verdict"]
     return verdict
@@ -65,7 +66,7 @@ def test_per_request_sources_write_their_records(tmp_path: Path, capsys: pytest.
 
 def test_import_json_summary_and_warnings(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "ip"
-    code, text, err = run_cli(["import", str(DATA / "inference_perf"), "--out", str(out), "--json"], capsys)
+    code, text, err = plateau(["import", str(DATA / "inference_perf"), "--out", str(out), "--json"], capsys)
     assert code == 0, err
     doc = json.loads(text)
     assert doc["formats"] == ["inference-perf"] and doc["levels"] == ["rate=10", "stage 1"]
@@ -75,11 +76,11 @@ def test_import_json_summary_and_warnings(tmp_path: Path, capsys: pytest.Capture
 def test_errors_are_one_line_with_file_line_and_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "partial.jsonl"
     bad.write_text('{"duration": 2.0, "completed": 4, "num_prompts": 4, "model_id": "m"}\n{"completed": 4}\n')
-    code, _, err = run_cli(["import", str(bad), "--from", "vllm", "--out", str(tmp_path / "x")], capsys)
+    code, _, err = plateau(["import", str(bad), "--from", "vllm", "--out", str(tmp_path / "x")], capsys)
     assert code == 2 and err.strip() == f"plateau: error: {bad}:2: missing field 'duration'"
     out = _import(tmp_path, capsys, str(DATA / "run_a.md"))
-    code, _, err = run_cli(["import", str(DATA / "run_a.md"), "--out", str(out)], capsys)
+    code, _, err = plateau(["import", str(DATA / "run_a.md"), "--out", str(out)], capsys)
     assert code == 2 and "already holds results" in err
-    code, _, err = run_cli(["import", str(DATA / "run_a.md"), "--out", str(out), "--overwrite", "--mode", "open"],
+    code, _, err = plateau(["import", str(DATA / "run_a.md"), "--out", str(out), "--overwrite", "--mode", "open"],
                            capsys)
     assert code == 2 and "unknown --mode 'open'" in err

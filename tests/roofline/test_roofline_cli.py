@@ -7,25 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from plateau_bench.cli import main
+from support.loading import plateau
 
 DATA = Path(__file__).parents[2] / "examples" / "models"   # model configs shipped as examples
 RUN_A = ["roofline", "--model", str(DATA / "gqa_moe_230b.json"), "--gpu", "rtx-pro-6000", "--gpus", "8",
          "--tp", "8", "--ep", "8", "--input-len", "128", "--output-len", "512"]
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_table_names_the_binding_resource_and_the_sources(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(RUN_A, capsys)
+    code, out, _ = plateau(RUN_A, capsys)
     assert code == 0
     assert "Decode: ceiling per step" in out and "Prefill" in out
     assert "memory: weights" in out and "interconnect" in out
@@ -35,7 +25,7 @@ def test_table_names_the_binding_resource_and_the_sources(capsys: pytest.Capture
 
 
 def test_json_report(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run([*RUN_A, "--json", "--batches", "1,256"], capsys)
+    code, out, _ = plateau([*RUN_A, "--json", "--batches", "1,256"], capsys)
     assert code == 0
     report = json.loads(out)
     assert [p["batch"] for p in report["decode"]] == [1, 256]
@@ -48,8 +38,8 @@ def test_a_gpu_spec_file_with_bare_numbers(tmp_path: Path, capsys: pytest.Captur
     spec = {"key": "mine", "name": "My GPU", "memory_gib": 64, "bandwidth_gbps": 2000, "tflops_bf16": 400,
             "interconnect": "pcie4"}
     (tmp_path / "gpu.json").write_text(json.dumps(spec))
-    code, out, _ = run(["roofline", "--model", str(DATA / "dense_gqa_llama.json"), "--gpu-spec",
-                        str(tmp_path / "gpu.json"), "--json", "--batches", "1"], capsys)
+    code, out, _ = plateau(["roofline", "--model", str(DATA / "dense_gqa_llama.json"), "--gpu-spec",
+                            str(tmp_path / "gpu.json"), "--json", "--batches", "1"], capsys)
     assert code == 0
     assert json.loads(out)["roofline"]["link"]["name"] == "pcie4"
 
@@ -75,6 +65,6 @@ def test_bad_input_is_one_line_and_exit_2(drop: str | None, args: list[str], exp
     if drop:
         del config[drop]
     (tmp_path / "config.json").write_text(json.dumps(config))
-    code, out, err = run(["roofline", "--model", str(tmp_path), *args], capsys)
+    code, out, err = plateau(["roofline", "--model", str(tmp_path), *args], capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("plateau: error: ") and expected in err, err

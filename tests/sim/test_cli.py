@@ -5,23 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from plateau_bench.cli import app, main
 from plateau_bench.store import load_levels, load_requests, load_summary
 
+from support.loading import Cli, plateau
 
-def test_presets_lists_every_preset() -> None:
-    result = CliRunner().invoke(app, ["presets", "--details"], env={"COLUMNS": "200"})
+
+def test_presets_lists_every_preset(cli: Cli) -> None:
+    result = cli("presets", "--details", env={"COLUMNS": "200"})
     assert result.exit_code == 0
     for name in ("seed-a-tp8ep", "seed-a-tp4", "seed-b-fp4", "tiny", "llama-8b-h100", "compute-bound"):
         assert name in result.output
 
 
-def test_sim_writes_labelled_results(tmp_path: Path) -> None:
+def test_sim_writes_labelled_results(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "sim"
-    result = CliRunner().invoke(app, ["sim", "--preset", "tiny", "--concurrency", "16,64", "--output-len", "64",
-                                      "--max-num-seqs", "48", "--out", str(out)])
+    result = cli("sim", "--preset", "tiny", "--concurrency", "16,64", "--output-len", "64", "--max-num-seqs", "48",
+                 "--out", str(out))
     assert result.exit_code == 0, result.output
     assert "C=   16 | 16/16 ok" in result.output and "C=   64 | 64/64 ok" in result.output
     summary = load_summary(out)
@@ -34,10 +34,10 @@ def test_sim_writes_labelled_results(tmp_path: Path) -> None:
     assert levels[1].decoding_concurrency < 48.5
 
 
-def test_sim_draws_lengths_from_the_given_distributions(tmp_path: Path) -> None:
+def test_sim_draws_lengths_from_the_given_distributions(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "sim"
-    result = CliRunner().invoke(app, ["sim", "--concurrency", "200", "--input-len", "uniform:10,20",
-                                      "--output-len", "normal:30,4", "--out", str(out)])
+    result = cli("sim", "--concurrency", "200", "--input-len", "uniform:10,20", "--output-len", "normal:30,4",
+                 "--out", str(out))
     assert result.exit_code == 0, result.output
     records = load_requests(out)["C=200"]
     prompts = {r.prompt_tokens for r in records}
@@ -48,8 +48,8 @@ def test_sim_draws_lengths_from_the_given_distributions(tmp_path: Path) -> None:
     assert spec["input_dist"]["text"] == "uniform:10,20" and spec["input_len"] == 15
 
 
-def test_steady_sim_runs_for_the_virtual_duration() -> None:
-    result = CliRunner().invoke(app, ["sim", "--mode", "steady", "--concurrency", "8", "--duration", "5s"])
+def test_steady_sim_runs_for_the_virtual_duration(cli: Cli) -> None:
+    result = cli("sim", "--mode", "steady", "--concurrency", "8", "--duration", "5s")
     assert result.exit_code == 0, result.output
     assert "C=    8" in result.output
 
@@ -67,8 +67,6 @@ def test_steady_sim_runs_for_the_virtual_duration() -> None:
     (["sim", "--length-convention", "tgi"], "--length-convention must be one of plateau, sglang, vllm"),
 ])
 def test_bad_input_is_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
+    code, _, err = plateau(argv, capsys)
+    assert code == 2
     assert message in err and err.count("\n") == 1

@@ -20,6 +20,8 @@ from plateau_bench.sim.faults import FAULT_NAMES, FaultPicker, FaultSpec, parse_
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.sim.server import SimServer
 
+from support.loading import plateau
+
 TINY = get_preset("tiny")
 MAX_TOKENS = 40
 
@@ -267,10 +269,6 @@ async def test_faults_reach_the_child_process() -> None:
 ])
 def test_serve_sim_refuses_a_bad_spec_in_one_line(faults: str, message: str,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from plateau_bench.cli import main
-
-    with pytest.raises(SystemExit) as exit_info:
-        main(["serve-sim", "--faults", faults])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
+    code, _, err = plateau(["serve-sim", "--faults", faults], capsys)
+    assert code == 2
     assert message in err and err.count("\n") == 1

@@ -14,7 +14,6 @@ import msgspec
 import pytest
 
 from plateau_bench.analysis.roofline_place import calibrate_from_levels, decode_batch
-from plateau_bench.cli import main
 from plateau_bench.roofline import (
     Deployment,
     Roofline,
@@ -33,6 +32,8 @@ from plateau_bench.sim.step_model import StepModel
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.sweep.loop import run_plan
 from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
+
+from support.loading import Cli, plateau
 
 DATA = Path(__file__).parents[2] / "examples" / "models"
 
@@ -105,25 +106,15 @@ def test_the_fit_never_claims_more_than_the_hardware() -> None:
 
 
 @pytest.fixture(scope="module")
-def seed_a(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def seed_a(cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("seed-a") / "run"
-    with pytest.raises(SystemExit):
-        main(["sim", "--preset", "seed-a-tp8ep", "--input-len", "128", "--output-len", "512", "--concurrency",
-              "1,64,256,512", "--out", str(out)])
+    done = cli("sim", "--preset", "seed-a-tp8ep", "--input-len", "128", "--output-len", "512", "--concurrency",
+               "1,64,256,512", "--out", str(out))
+    assert done.exit_code == 0, done.output
     return out
 
 
 HARDWARE = ["--gpu", "rtx-pro-6000", "--gpus", "8", "--tp", "8", "--ep", "8", "--dtype", "fp8"]
-
-
-def sim(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(["sim", *argv])
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_calibrated_on_a_sweep_the_derived_twin_predicts_its_plateau(seed_a: Path, tmp_path: Path,
@@ -133,9 +124,9 @@ def test_calibrated_on_a_sweep_the_derived_twin_predicts_its_plateau(seed_a: Pat
     measured = load_result(seed_a)
     fit, used = calibrate_from_levels(measured.levels, MOE)
     assert len(used) == 4 and 0 < fit.efficiency < 1
-    code, out, err = sim(["--model", str(DATA / "gqa_moe_230b.json"), *HARDWARE, "--efficiency-from", str(seed_a),
-                          "--max-num-seqs", "256", "--input-len", "128", "--output-len", "512", "--concurrency",
-                          "1,64,256,512", "--out", str(tmp_path / "derived")], capsys)
+    code, out, err = plateau(["sim", "--model", str(DATA / "gqa_moe_230b.json"), *HARDWARE, "--efficiency-from",
+                              str(seed_a), "--max-num-seqs", "256", "--input-len", "128", "--output-len", "512",
+                              "--concurrency", "1,64,256,512", "--out", str(tmp_path / "derived")], capsys)
     assert code == 0, err
     assert f"efficiency {fit.efficiency:.2f}" in out and "fitted to the decode steps of 4 level(s)" in out
     derived = load_result(tmp_path / "derived")
@@ -147,8 +138,8 @@ def test_calibrated_on_a_sweep_the_derived_twin_predicts_its_plateau(seed_a: Pat
 
 
 def test_default_efficiency_is_said_and_bad_flags_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = sim(["--model", str(DATA / "dense_gqa_llama.json"), "--gpu", "h100-sxm", "--concurrency", "1"],
-                       capsys)
+    code, out, _ = plateau(["sim", "--model", str(DATA / "dense_gqa_llama.json"), "--gpu", "h100-sxm", "--concurrency",
+                            "1"], capsys)
     assert code == 0 and "efficiency 0.79 memory, 0.69 compute, 0.50 interconnect (the defaults, bench/gpu_truth.py" \
         in out
     for argv, fragment in (
@@ -159,7 +150,7 @@ def test_default_efficiency_is_said_and_bad_flags_are_one_line(capsys: pytest.Ca
         (["--model", str(DATA / "dense_gqa_llama.json")], "give one of --gpu NAME"),
         (["--gpu", "h100-sxm"], "--gpu describes the hardware for --model"),
     ):
-        code, _, err = sim(argv, capsys)
+        code, _, err = plateau(["sim", *argv], capsys)
         assert code == 2 and fragment in err and "Traceback" not in err, (argv, err)
 
 

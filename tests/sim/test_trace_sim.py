@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import msgspec
-from typer.testing import CliRunner
 
-from plateau_bench.cli import app
 from plateau_bench.sim.level import SimResult, simulate_level
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.sim.trace_keys import trace_block_keys
 from plateau_bench.spec import LevelSpec, WorkloadSpec
 from plateau_bench.store import load_levels, load_requests
 from plateau_bench.workload.trace import load_trace
+
+from support.loading import Cli
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 TINY = get_preset("tiny")
@@ -54,10 +54,9 @@ def test_hash_ids_hit_the_prefix_cache_as_recorded() -> None:
     assert uncached.state.prefix_cache_hits == 0
 
 
-def test_plateau_sim_replays_a_trace_at_each_time_scale(tmp_path: Path) -> None:
+def test_plateau_sim_replays_a_trace_at_each_time_scale(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "sim"
-    result = CliRunner().invoke(app, ["sim", "--trace", str(TRACES / "plain.csv"), "--time-scale", "1,16",
-                                      "--out", str(out)])
+    result = cli("sim", "--trace", str(TRACES / "plain.csv"), "--time-scale", "1,16", "--out", str(out))
     assert result.exit_code == 0, result.output
     levels = load_levels(out)
     assert [lv.label for lv in levels] == ["trace x1", "trace x16"]

@@ -10,11 +10,12 @@ import pytest
 
 from plateau_bench.analysis.calibration import CalibratedModel, EngineModel, Parameter
 from plateau_bench.analysis.slo import parse_slo
-from plateau_bench.cli import main
 from plateau_bench.errors import ConfigError
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.sweep.capacity import plan_capacity
+
+from support.loading import plateau
 
 TINY = get_preset("tiny")
 
@@ -67,12 +68,10 @@ def test_the_cli_prints_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
     model = tmp_path / "model.json"
     model.write_bytes(msgspec.json.encode(tiny_model()))
-    with pytest.raises(SystemExit) as exc:
-        main(["plan", str(model), "--rate", "60", "--slo", "ttft_p99=1s", "--balancer", "least-outstanding",
-              "--gpu-cost", "2", "--duration-s", "30"])
-    out = capsys.readouterr().out
-    assert exc.value.code in (0, None)
+    code, out, _ = plateau(["plan", str(model), "--rate", "60", "--slo", "ttft_p99=1s", "--balancer",
+                            "least-outstanding", "--gpu-cost", "2", "--duration-s", "30"], capsys)
+    assert code == 0
     assert "least outstanding" in out and "Needs " in out and "per million output tokens" in out
-    with pytest.raises(SystemExit) as exc:
-        main(["plan", str(model), "--rate", "60", "--slo", "ttft_p99=1s", "--gpus-per-replica", "0"])
-    assert exc.value.code == 2 and "--gpus-per-replica must be >= 1" in capsys.readouterr().err
+    code, _, err = plateau(["plan", str(model), "--rate", "60", "--slo", "ttft_p99=1s", "--gpus-per-replica", "0"],
+                           capsys)
+    assert code == 2 and "--gpus-per-replica must be >= 1" in err

@@ -17,6 +17,8 @@ from plateau_bench.spec import WorkloadSpec
 from plateau_bench.sweep.loop import SweepState, run_plan
 from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
 
+from support.loading import Cli
+
 CAP = 32
 
 
@@ -88,10 +90,7 @@ def test_a_cap_the_server_reports_needs_one_flat_doubling_only_the_client_two() 
 
 
 @pytest.mark.slow  # two real-time sweeps over HTTP, ~20 s each on two cores
-def test_over_http_the_cap_is_named_with_or_without_the_scraped_gauges(tmp_path: Path) -> None:
-    from typer.testing import CliRunner
-
-    from plateau_bench.cli import app
+def test_over_http_the_cap_is_named_with_or_without_the_scraped_gauges(cli: Cli, tmp_path: Path) -> None:
     from plateau_bench.sim.embed import start_sim_server
     from plateau_bench.store import load_result
 
@@ -102,7 +101,7 @@ def test_over_http_the_cap_is_named_with_or_without_the_scraped_gauges(tmp_path:
         with start_sim_server(get_preset("tiny").with_overrides(max_num_seqs=cap), metrics=metrics) as twin:
             flags = ["sweep", "--url", twin.url, "--out", str(out), "--min-level-time", "1s", "--max-level-time",
                      "3s", "--input-len", "32", "--output-len", "64", "--quiet"]
-            result = CliRunner().invoke(app, [*flags, *([] if metrics else ["--no-metrics"])])
+            result = cli(*flags, *([] if metrics else ["--no-metrics"]))
         assert result.exit_code == 0, result.output
         saved = load_result(out)
         assert saved.plateau is not None and saved.plateau.concurrency == cap

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
 
-from plateau_bench.cli import app
 from plateau_bench.sim.embed import start_sim_server
 from plateau_bench.sim.faults import parse_faults
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.store import load_requests, load_result
+
+from support.loading import Cli
 
 pytestmark = pytest.mark.slow
 
@@ -36,11 +36,11 @@ def fault_mixes(draw: st.DrawFn) -> str:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(mix=fault_mixes(), seed=st.integers(0, 1000))
 @pytest.mark.timeout(240)
-def test_every_request_ends_in_exactly_one_class(tmp_path: Path, mix: str, seed: int) -> None:
+def test_every_request_ends_in_exactly_one_class(cli: Cli, tmp_path: Path, mix: str, seed: int) -> None:
     out = tmp_path / f"run-{seed}-{abs(hash(mix))}"
     with start_sim_server(get_preset("tiny"), speed=4.0, faults=parse_faults(mix), faults_seed=seed) as twin:
-        done = CliRunner().invoke(app, ["run", "--url", twin.url, "--concurrency", "8", "--num-requests", "40",
-                                        "--output-len", "32", "--input-len", "16", "--out", str(out), "--quiet"])
+        done = cli("run", "--url", twin.url, "--concurrency", "8", "--num-requests", "40", "--output-len", "32",
+                   "--input-len", "16", "--out", str(out), "--quiet")
     assert done.exit_code in (0, 1), done.output
     (level,) = load_result(out).levels
     records = load_requests(out)[level.label]

@@ -17,9 +17,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from typer.testing import CliRunner
 
-from plateau_bench.cli import app
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import ResultFile
 from plateau_bench.sim.config import EngineConfig
@@ -34,20 +32,22 @@ from plateau_bench.store import (
     load_telemetry,
 )
 
+from support.loading import Cli
+
 pytestmark = pytest.mark.slow  # real-time sweeps over HTTP: 6-20 s each on two cores
 
 FAST = ["--min-level-time", "1s", "--max-level-time", "3s", "--input-len", "32", "--output-len", "64",
         "--quiet"]
 
 
-def sweep(tmp_path: Path, config: EngineConfig, *args: str, metrics: bool = True, speed: float = 1.0,
+def sweep(cli: Cli, tmp_path: Path, config: EngineConfig, *args: str, metrics: bool = True, speed: float = 1.0,
           reject_when_waiting: int | None = None) -> dict[str, object]:
     out = tmp_path / "run"
     with start_sim_server(config, speed=speed, metrics=metrics, reject_when_waiting=reject_when_waiting) as twin:
         flags = ["sweep", "--url", twin.url, "--out", str(out), *FAST, *args]
         if not metrics:
             flags.append("--no-metrics")
-        result = CliRunner().invoke(app, flags)
+        result = cli(*flags)
     assert result.exit_code == 0, result.output
     return load_summary(out)
 
@@ -57,9 +57,9 @@ def metrics(request: pytest.FixtureRequest) -> Iterator[bool]:
     yield request.param
 
 
-def test_tiny_adaptive_sweep_finds_the_cap(tmp_path: Path, metrics: bool) -> None:
+def test_tiny_adaptive_sweep_finds_the_cap(cli: Cli, tmp_path: Path, metrics: bool) -> None:
     config = get_preset("tiny").with_overrides(max_num_seqs=16)
-    summary = sweep(tmp_path, config, metrics=metrics)
+    summary = sweep(cli, tmp_path, config, metrics=metrics)
     verdict = summary["verdict"]
     assert isinstance(verdict, dict)
     assert verdict["constraint"] == "admission_cap"
@@ -81,9 +81,9 @@ def test_tiny_adaptive_sweep_finds_the_cap(tmp_path: Path, metrics: bool) -> Non
     assert all(lv["num_requests"] == lv["completed"] + lv["failed"] for lv in levels)
 
 
-def test_kv_capacity_with_preemptions_as_evidence(tmp_path: Path, metrics: bool) -> None:
+def test_kv_capacity_with_preemptions_as_evidence(cli: Cli, tmp_path: Path, metrics: bool) -> None:
     config = get_preset("tiny").with_overrides(max_num_seqs=64, kv_tokens=3000)
-    summary = sweep(tmp_path, config, "--concurrency", "4,8,16,32,64", "--output-len", "256", metrics=metrics)
+    summary = sweep(cli, tmp_path, config, "--concurrency", "4,8,16,32,64", "--output-len", "256", metrics=metrics)
     verdict = summary["verdict"]
     assert isinstance(verdict, dict)
     assert verdict["constraint"] == "kv_capacity", verdict
@@ -91,17 +91,17 @@ def test_kv_capacity_with_preemptions_as_evidence(tmp_path: Path, metrics: bool)
         assert any("preemptions" in e for e in verdict["evidence"])
 
 
-def test_compute_saturation(tmp_path: Path, metrics: bool) -> None:
+def test_compute_saturation(cli: Cli, tmp_path: Path, metrics: bool) -> None:
     config = get_preset("compute-bound").with_overrides(t0_ms=1.0, a_ms=0.2)
-    summary = sweep(tmp_path, config, "--concurrency", "2,4,8,16,32,64,128", metrics=metrics, speed=2.0)
+    summary = sweep(cli, tmp_path, config, "--concurrency", "2,4,8,16,32,64,128", metrics=metrics, speed=2.0)
     verdict = summary["verdict"]
     assert isinstance(verdict, dict)
     assert verdict["constraint"] == "compute", verdict
 
 
-def test_rate_limiting_is_named(tmp_path: Path) -> None:
+def test_rate_limiting_is_named(cli: Cli, tmp_path: Path) -> None:
     config = get_preset("tiny").with_overrides(max_num_seqs=8)
-    summary = sweep(tmp_path, config, "--concurrency", "2,4,8,16,32", "--max-error-rate", "0.9",
+    summary = sweep(cli, tmp_path, config, "--concurrency", "2,4,8,16,32", "--max-error-rate", "0.9",
                     reject_when_waiting=4)
     verdict = summary["verdict"]
     assert isinstance(verdict, dict)
@@ -109,7 +109,7 @@ def test_rate_limiting_is_named(tmp_path: Path) -> None:
     assert "429" in verdict["headline"]
 
 
-def test_starved_load_generator_is_named_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_starved_load_generator_is_named_first(cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A load generator that cannot keep up: 8 ms of CPU on its event loop for every finished request.
     original = ResultWriter.add_request
 
@@ -122,14 +122,14 @@ def test_starved_load_generator_is_named_first(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setattr(ResultWriter, "add_request", slow_add_request)
     config = get_preset("tiny").with_overrides(max_num_seqs=256)
-    summary = sweep(tmp_path, config, "--concurrency", "8,32,128", metrics=True)
+    summary = sweep(cli, tmp_path, config, "--concurrency", "8,32,128", metrics=True)
     verdict = summary["verdict"]
     assert isinstance(verdict, dict)
     assert verdict["constraint"] == "load_generator", verdict
 
 
 @pytest.mark.timeout(300)  # up to 60 s to reach two levels, 30 s to stop, then the resumed sweep
-def test_ctrl_c_keeps_finished_levels_and_resume_continues(tmp_path: Path) -> None:
+def test_ctrl_c_keeps_finished_levels_and_resume_continues(cli: Cli, tmp_path: Path) -> None:
     config = get_preset("tiny").with_overrides(max_num_seqs=8)
     out = tmp_path / "run"
     grid = ["--concurrency", "2,4,8,16,32"]
@@ -149,12 +149,11 @@ def test_ctrl_c_keeps_finished_levels_and_resume_continues(tmp_path: Path) -> No
         assert isinstance(kept, list) and 2 <= len(kept) < 5
         assert sum(len(v) for v in load_requests(out).values()) >= sum(lv["completed"] for lv in kept)
 
-        differs = CliRunner().invoke(app, ["sweep", "--url", twin.url, "--resume", str(out), *FAST, *grid,
-                                           "--output-len", "65"])
+        differs = cli("sweep", "--url", twin.url, "--resume", str(out), *FAST, *grid, "--output-len", "65")
         assert differs.exit_code == 2
         assert "made with another spec" in differs.output and "output_len" in differs.output
 
-        resumed = CliRunner().invoke(app, ["sweep", "--url", twin.url, "--resume", str(out), *FAST, *grid])
+        resumed = cli("sweep", "--url", twin.url, "--resume", str(out), *FAST, *grid)
         assert resumed.exit_code == 0, resumed.output
     summary = load_summary(out)
     levels = summary["levels"]
@@ -234,14 +233,14 @@ def test_a_signal_stops_the_load_processes_and_keeps_their_records(tmp_path: Pat
     assert all(r.error is None for r in records)
 
 
-def test_a_steady_sweep_measures_the_workload_not_the_prefix_cache(tmp_path: Path) -> None:
+def test_a_steady_sweep_measures_the_workload_not_the_prefix_cache(cli: Cli, tmp_path: Path) -> None:
     """Long prompts, every one new: with prefix caching on, the twin finds next to nothing cached and
     serves what it serves with caching off. (Prompts cycled from a pool of 2 x the widest C, and
     restarted at every level, read hit rates of 0.5-0.99 here and a gain that was the cache.)"""
     prefill_heavy = get_preset("tiny").with_overrides(b_ms=0.02)   # 20 ms to prefill 1,024 tokens
     long = ["--mode", "steady", "-c", "4,8,16", "--input-len", "1024", "--output-len", "16"]
-    cached = sweep(tmp_path / "on", prefill_heavy, *long)
-    cold = sweep(tmp_path / "off", msgspec.structs.replace(prefill_heavy, prefix_caching=False), *long)
+    cached = sweep(cli, tmp_path / "on", prefill_heavy, *long)
+    cold = sweep(cli, tmp_path / "off", msgspec.structs.replace(prefill_heavy, prefix_caching=False), *long)
     for on, off in zip(cached["levels"], cold["levels"], strict=True):  # type: ignore[call-overload]
         figures = f"{on['label']}: {on['output_throughput']:.0f} vs {off['output_throughput']:.0f} tok/s"
         assert on["telemetry"]["prefix_cache_hit_rate"] <= 0.02, figures
@@ -250,10 +249,10 @@ def test_a_steady_sweep_measures_the_workload_not_the_prefix_cache(tmp_path: Pat
     assert cached["verdict"]["constraint"] != "measurement"  # type: ignore[index]
 
 
-def test_a_dataset_is_taken_in_turn_across_levels_and_ends_the_sweep_when_it_runs_out(tmp_path: Path) -> None:
+def test_a_dataset_is_taken_in_turn_across_levels_and_ends_the_sweep_when_it_runs_out(cli: Cli, tmp_path: Path) -> None:
     data = tmp_path / "sixty.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"question {i} " + "word " * 30}) + "\n" for i in range(60)))
-    summary = sweep(tmp_path, get_preset("tiny"), "--mode", "steady", "-c", "2,4,8,16,32", "--dataset", str(data))
+    summary = sweep(cli, tmp_path, get_preset("tiny"), "--mode", "steady", "-c", "2,4,8,16,32", "--dataset", str(data))
     levels = summary["levels"]
     uses = [lv["prompts"] for lv in levels]  # type: ignore[union-attr]
     assert [u["dataset_from"] for u in uses] == [sum(u["span"] for u in uses[:i]) for i in range(len(uses))]
@@ -264,15 +263,14 @@ def test_a_dataset_is_taken_in_turn_across_levels_and_ends_the_sweep_when_it_run
 
 
 def test_a_second_run_against_the_same_server_sends_new_prompts_unless_given_the_first_ones_salt(
-        tmp_path: Path) -> None:
+        cli: Cli, tmp_path: Path) -> None:
     """A server's prefix cache outlives a run: the same --seed again measures the same lengths with new
     text, and the first run's salt sends its prompts again, which the verdict names as a fault."""
     with start_sim_server(get_preset("tiny").with_overrides(b_ms=0.02)) as twin:
         def run(name: str, *extra: str) -> ResultFile:
             out = tmp_path / name
-            result = CliRunner().invoke(app, ["run", "--url", twin.url, "--mode", "steady", "--concurrency", "4",
-                                              "--duration", "2s", "--input-len", "512", "--output-len", "8",
-                                              "--out", str(out), "--quiet", *extra])
+            result = cli("run", "--url", twin.url, "--mode", "steady", "--concurrency", "4", "--duration", "2s",
+                         "--input-len", "512", "--output-len", "8", "--out", str(out), "--quiet", *extra)
             assert result.exit_code == 0, result.output
             return load_result(out)
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from plateau_bench.cli import app
 from plateau_bench.result import LevelResult
 from plateau_bench.sim.embed import start_sim_server
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.store import load_levels, load_summary
 from plateau_bench.sweep.trace_plan import TracePlan, keeps_up
+
+from support.loading import Cli
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 
@@ -47,11 +47,11 @@ def test_given_scales_are_measured_in_order_and_the_top_scale_ends_auto() -> Non
 
 
 @pytest.mark.slow   # a second or more: kept out of the inner loop
-def test_a_trace_sweep_on_the_twin(tmp_path: Path) -> None:
+def test_a_trace_sweep_on_the_twin(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     with start_sim_server(get_preset("tiny"), in_process=True) as twin:
-        result = CliRunner().invoke(app, ["sweep", "--url", twin.url, "--trace", str(TRACES / "plain.jsonl"),
-                                          "--time-scale", "8,256", "--out", str(out), "--quiet"])
+        result = cli("sweep", "--url", twin.url, "--trace", str(TRACES / "plain.jsonl"), "--time-scale", "8,256",
+                     "--out", str(out), "--quiet")
     assert result.exit_code == 0, result.output
     levels = load_levels(out)
     assert [lv.label for lv in levels] == ["trace x8", "trace x256"]

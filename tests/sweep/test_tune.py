@@ -10,9 +10,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from plateau_bench.cli import main
 from plateau_bench.errors import ConfigError
 from plateau_bench.sweep.tune import TuneResult, check_template, parse_param, redact_command, render, settings
+
+from support.loading import plateau
 
 
 def test_a_range_is_its_ends_and_the_powers_of_two_between() -> None:
@@ -48,12 +49,11 @@ def test_tune_finds_the_best_cap_of_serve_sim_for_fewer_restarts(tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     serve = (f"{sys.executable} -m plateau_bench serve-sim --preset tiny --speed 2 --max-num-seqs {{max_num_seqs}} "
              "--port {port}")
-    with pytest.raises(SystemExit) as exc:
-        main(["tune", "--serve", serve, "--param", "max_num_seqs=8..64", "--concurrency", "1,4,8,16,32,64,128",
-              "--min-level-time", "3s", "--max-level-time", "6s", "--range-ratio", "0.5", "--out", str(tmp_path),
-              "--brute-force", "--json"])
-    assert exc.value.code in (0, None)
-    done = msgspec.json.decode(capsys.readouterr().out, type=TuneResult)
+    code, out, err = plateau(["tune", "--serve", serve, "--param", "max_num_seqs=8..64", "--concurrency",
+                              "1,4,8,16,32,64,128", "--min-level-time", "3s", "--max-level-time", "6s", "--range-ratio",
+                              "0.5", "--out", str(tmp_path), "--brute-force", "--json"], capsys)
+    assert code == 0, err
+    done = msgspec.json.decode(out, type=TuneResult)
     assert done.predicted and done.brute_force_restarts == 4
     assert 2 <= done.restarts <= 3   # the start, then at most --candidates 2; fewer when the rest cannot win
     by_why = {t.why: t for t in done.trials}

@@ -391,7 +391,7 @@ class SimSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     preset: str
     mode: str = "burst"
-    overrides: dict[str, float] = msgspec.field(default_factory=dict)
+    overrides: dict[str, Scalar] = msgspec.field(default_factory=dict)   # what differs from the preset: step.a: 0.0005
     engine: EngineSummary | None = None
     concurrency: list[int] = msgspec.field(default_factory=list)
     num_requests: int | None = None

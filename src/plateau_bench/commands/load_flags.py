@@ -22,6 +22,10 @@ Burstiness = Annotated[float, typer.Option("--burstiness", help="Open loop: gamm
                                            "(1 = Poisson).", rich_help_panel=LEVEL)]
 Warmup = Annotated[int, typer.Option("--warmup", help="Warm-up requests (per level), excluded from all figures.",
                                      rich_help_panel=LEVEL)]
+NumRequests = Annotated[int | None, typer.Option("--num-requests", "-n", help="Requests to send per level (burst "
+                                                 "default: = concurrency).", rich_help_panel=LEVEL)]
+Duration = Annotated[str | None, typer.Option("--duration", help="How long a steady or rate level runs, e.g. 60s "
+                                              "(sim: virtual time, default 60s).", rich_help_panel=LEVEL)]
 Grid = Annotated[str | None, typer.Option("--concurrency", "-c", help="A fixed grid, e.g. 1,16,64,256 (default: "
                                           "the adaptive search).", rich_help_panel=SEARCH)]
 Ceiling = Annotated[int, typer.Option("--max-concurrency", help="The sweep never goes above this concurrency.",
@@ -36,10 +40,8 @@ class LevelFlags(OptionGroup, frozen=True, kw_only=True):
 
     concurrency: Annotated[int | None, typer.Option("--concurrency", "-c", help="Closed-loop workers (burst or "
                                                     "steady).", rich_help_panel=LEVEL)] = None
-    num_requests: Annotated[int | None, typer.Option("--num-requests", "-n", help="Requests to send (burst "
-                                                     "default: = concurrency).", rich_help_panel=LEVEL)] = None
-    duration: Annotated[str | None, typer.Option("--duration", help="Run for this long (steady or rate), e.g. 60s.",
-                                                 rich_help_panel=LEVEL)] = None
+    num_requests: NumRequests = None
+    duration: Duration = None
     rate: Annotated[float | None, typer.Option("--rate", help="Open loop: requests/s (Poisson or gamma).",
                                                rich_help_panel=LEVEL)] = None
     burstiness: Burstiness = 1.0

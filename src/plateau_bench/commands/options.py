@@ -30,7 +30,7 @@ from plateau_bench.sweep.job import Placement, Telemetry, Twin
 TARGET = "Target"
 WORKLOAD = "Workload"
 OUTPUT = "Output"
-TWIN = "Embedded twin (no --url)"
+TWIN = "Simulated engine"
 
 Url = Annotated[str | None, typer.Option("--url", help="OpenAI-compatible base URL. Omit to start the "
                                          "embedded simulated engine.", rich_help_panel=TARGET)]
@@ -127,7 +127,9 @@ Drain = Annotated[bool, typer.Option(
     "--drain/--no-drain", help="--no-drain: a steady level whose estimate is precise cancels its requests in "
     "flight instead of waiting for them (none of their tokens is in its window): cheaper, with latency "
     "statistics from a window up to a cycle shorter.", rich_help_panel="Sweep")]
-Preset = Annotated[str, typer.Option("--preset", help="Twin preset when no --url is given.", rich_help_panel=TWIN)]
+Preset = Annotated[str | None, typer.Option("--preset", help="The simulated engine's preset (see `plateau presets`; "
+                                            "default tiny); run and sweep start it when no --url is given.",
+                                            rich_help_panel=TWIN)]
 SimSpeed = Annotated[float, typer.Option("--sim-speed", help="Twin clock speed-up when no --url is given.",
                                          rich_help_panel=TWIN)]
 
@@ -364,7 +366,7 @@ class TwinFlags(OptionGroup, frozen=True, kw_only=True):
     sim_speed: SimSpeed = 1.0
 
     def twin(self) -> Twin:
-        return Twin(self.preset, self.sim_speed)
+        return Twin(self.preset or "tiny", self.sim_speed)
 
 
 class PlacementFlags(OptionGroup, frozen=True, kw_only=True):

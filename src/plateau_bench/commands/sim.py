@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import msgspec
 import typer
-from rich.table import Table
 
 from plateau_bench.aio import run as run_async
+from plateau_bench.commands import options as o
 from plateau_bench.commands import roofline_opts as r
 from plateau_bench.commands.config_file import ConfiguredCommand, note_result_dir
-from plateau_bench.commands.groups import grouped
-from plateau_bench.commands.options import ConfigFile, Overwrite, PrintConfig, Repeat, wide_console, workload_spec
+from plateau_bench.commands.engine_flags import AS_PRESET, TwinEngineFlags
+from plateau_bench.commands.groups import OptionGroup, grouped
+from plateau_bench.commands.load_flags import Duration, NumRequests
 from plateau_bench.errors import ConfigError
+from plateau_bench.report.engines import presets_table
 from plateau_bench.report.repeats import repeat_table
 from plateau_bench.report.terminal import seed_line
 from plateau_bench.result import EngineSummary, LevelResult, RunSpec, SimSpec
-from plateau_bench.sim.replicas import parse_balancer
 from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration, parse_float_list, parse_int_list
+
+if TYPE_CHECKING:
+    from plateau_bench.sim.embed import ServeOptions
 
 ENGINE = "Engine overrides"
 
@@ -85,54 +87,16 @@ class Derived(r.HardwareFlags, frozen=True, kw_only=True):
 NO_TWIN = Derived()   # the grouped commands' default for the group (``groups.grouped`` fills it)
 
 
-def _configure(preset: str | None, max_num_seqs: int | None, kv_tokens: int | None,
-               max_num_batched_tokens: int | None, max_model_len: int | None = None,
-               t0_ms: float | None = None, a_ms: float | None = None, b_ms: float | None = None,
-               c_us: float | None = None, derived: tuple[Any, str] | None = None, replicas: int | None = None,
-               balancer: str | None = None) -> tuple[Any, Any]:
-    from plateau_bench.sim.presets import get_preset
-
-    base = derived[0] if derived is not None else get_preset(preset or "tiny")
-    config = base.with_overrides(
-        max_num_seqs=max_num_seqs, kv_tokens=kv_tokens, max_num_batched_tokens=max_num_batched_tokens,
-        max_model_len=max_model_len, t0_ms=t0_ms, a_ms=a_ms, b_ms=b_ms, c_us=c_us, replicas=replicas,
-        balancer=parse_balancer(balancer) if balancer is not None else None)
-    return base, config
-
-
-MaxNumSeqs = Annotated[int | None, typer.Option("--max-num-seqs", help="Admission cap (running requests).",
-                                                rich_help_panel=ENGINE)]
-KvTokens = Annotated[int | None, typer.Option("--kv-tokens", help="KV-cache capacity in tokens.",
-                                              rich_help_panel=ENGINE)]
-BatchedTokens = Annotated[int | None, typer.Option("--max-num-batched-tokens", help="Per-step token budget.",
-                                                   rich_help_panel=ENGINE)]
-Replicas = Annotated[int | None, typer.Option("--replicas", help="Data-parallel copies of the engine behind a "
-                                             "load balancer (default 1).", rich_help_panel=ENGINE)]
-BalancerOpt = Annotated[str | None, typer.Option("--balancer", help="--replicas: round-robin | least-outstanding "
-                                                 "(default round-robin).", rich_help_panel=ENGINE)]
-Preset = Annotated[str | None, typer.Option("--preset", help="Engine preset (see `plateau presets`; default "
-                                                              "tiny).")]
-
-
 def presets_cmd(
     details: Annotated[bool, typer.Option("--details", help="Also print where each preset's numbers "
                                           "come from.")] = False,
 ) -> None:
     """List the simulated-engine presets and their key parameters."""
-    from plateau_bench.sim.presets import list_presets
+    from plateau_bench.sim.presets import list_presets, preset_summary
 
-    table = Table(title="Simulated engine presets (step time t = t0 + a*seqs + b*prefill + c*KV read)")
-    for col in ("preset", "policy", "max seqs", "token budget", "KV tokens", "t0 ms", "a us/seq",
-                "b us/token", "c ns/KV token"):
-        table.add_column(col, justify="left" if col in ("preset", "policy") else "right")
     presets = list_presets()
-    for p in presets:
-        s = p.step
-        table.add_row(p.name, p.policy, f"{p.max_num_seqs:,}", f"{p.max_num_batched_tokens:,}",
-                      f"{p.kv_tokens:,}", f"{s.t0 * 1e3:.3g}", f"{s.a * 1e6:.3g}", f"{s.b * 1e6:.3g}",
-                      f"{s.c * 1e9:.3g}")
-    console = wide_console()
-    console.print(table)
+    console = o.wide_console()
+    console.print(presets_table([preset_summary(p) for p in presets]))
     if details:
         for p in presets:
             console.print(f"[bold]{p.name}[/bold]: {p.description}\n")
@@ -153,163 +117,161 @@ def trace_levels(workload: WorkloadSpec, time_scale: str) -> list[LevelSpec]:
     return levels
 
 
+class SimWorkloadFlags(o.LengthFlags, frozen=True, kw_only=True):
+    """What each simulated request asks: lengths, shared prefixes, or a trace's rows."""
+
+    prefix_groups: o.PrefixGroups = 0
+    prefix_len: o.PrefixLen = 0
+    trace: o.Trace = None
+    seed: o.Seed = 0
+
+    def spec(self, trace_requests: int | None) -> WorkloadSpec:
+        return o.workload_spec(self.input_len, self.output_len, self.range_ratio, None, self.seed, None,
+                               self.length_convention, self.prefix_groups, self.prefix_len, trace=self.trace,
+                               trace_requests=trace_requests)
+
+
+class SimLoadFlags(OptionGroup, frozen=True, kw_only=True):
+    """The levels simulated: bursts or steady windows at given concurrencies, or a trace's time scales."""
+
+    mode: Annotated[str, typer.Option("--mode", help="burst | steady", rich_help_panel=LOAD)] = "burst"
+    concurrency: Annotated[str, typer.Option("--concurrency", "-c", help="Comma list of concurrency levels.",
+                                             rich_help_panel=LOAD)] = "1,8,32,128"
+    num_requests: NumRequests = None
+    duration: Duration = None
+    time_scale: Annotated[str, typer.Option("--time-scale", help="--trace: the time scales to replay it at "
+                                            "(comma list; 2 = twice as fast).", rich_help_panel=LOAD)] = "1"
+
+    def sim_spec(self, preset: str, overrides: dict[str, Any], engine: EngineSummary) -> SimSpec:
+        if self.mode not in ("burst", "steady"):
+            raise ConfigError(f"--mode must be burst or steady (got {self.mode!r})")
+        duration_s = parse_duration(self.duration, "--duration") if self.duration else (
+            60.0 if self.mode == "steady" else None)
+        return SimSpec(preset=preset, mode=self.mode, overrides=overrides, engine=engine,
+                       concurrency=parse_int_list(self.concurrency, "--concurrency"), num_requests=self.num_requests,
+                       duration_s=duration_s)
+
+    def levels(self, sim: SimSpec, workload: WorkloadSpec) -> list[LevelSpec]:
+        if workload.trace is not None:
+            return trace_levels(workload, self.time_scale)
+        return [LevelSpec(mode=sim.mode, concurrency=c, num_requests=sim.num_requests,  # type: ignore[arg-type]
+                          duration_s=sim.duration_s) for c in sim.concurrency]
+
+
+SIM_LOAD, SIM_WORKLOAD = SimLoadFlags(), SimWorkloadFlags()
+
+
 @grouped
 def sim_cmd(
-    preset: Preset = None,
-    mode: Annotated[str, typer.Option("--mode", help="burst | steady", rich_help_panel=LOAD)] = "burst",
-    concurrency: Annotated[str, typer.Option("--concurrency", "-c", help="Comma list of concurrency "
-                                             "levels.", rich_help_panel=LOAD)] = "1,8,32,128",
-    num_requests: Annotated[int | None, typer.Option("--num-requests", "-n", help="Requests per level "
-                                                     "(burst default: = concurrency).",
-                                                     rich_help_panel=LOAD)] = None,
-    duration: Annotated[str | None, typer.Option("--duration", help="Steady: virtual time per level "
-                                                 "(default 60s).", rich_help_panel=LOAD)] = None,
-    input_len: Annotated[str, typer.Option("--input-len", help="Prompt tokens per request: N, uniform:lo,hi, "
-                                           "normal:mean,sd, lognormal:mean,sd or file:PATH.")] = "128",
-    output_len: Annotated[str, typer.Option("--output-len", help="Output tokens per request (same forms as "
-                                            "--input-len).")] = "128",
-    range_ratio: Annotated[float, typer.Option("--range-ratio", help="Spread plain lengths: len*(1±r), or as "
-                                               "--length-convention says.")] = 0.0,
-    length_convention: Annotated[str, typer.Option("--length-convention", help="plateau | vllm | sglang: how "
-                                                   "--range-ratio spreads lengths.")] = "plateau",
-    trace: Annotated[Path | None, typer.Option("--trace", help="Replay a trace (Azure CSV, Mooncake JSONL, plain "
-                                               "JSONL/CSV) at its times and lengths; --concurrency is ignored.")
-                     ] = None,
-    time_scale: Annotated[str, typer.Option("--time-scale", help="--trace: the time scales to replay it at "
-                                            "(comma list; 2 = twice as fast).")] = "1",
-    prefix_groups: Annotated[int, typer.Option("--prefix-groups", help="Shared prefixes: G system prompts; each "
-                                               "request starts with one (needs --prefix-len).")] = 0,
-    prefix_len: Annotated[int, typer.Option("--prefix-len", help="Tokens of each shared prefix, before each "
-                                            "request's own --input-len.")] = 0,
-    no_prefix_cache: Annotated[bool, typer.Option("--no-prefix-cache", help="Turn off prefix caching (on by "
-                                                  "default, as in vLLM).", rich_help_panel=ENGINE)] = False,
-    seed: Annotated[int, typer.Option("--seed", help="Same seed, same lengths.")] = 0,
-    out: Annotated[Path | None, typer.Option("--out", help="Result directory.")] = None,
-    overwrite: Overwrite = False,
+    preset: o.Preset = None,
+    load: SimLoadFlags = SIM_LOAD,
+    lengths: SimWorkloadFlags = SIM_WORKLOAD,
+    out: o.Out = None,
+    overwrite: o.Overwrite = False,
     chunks: Annotated[bool, typer.Option("--chunks", help="Record every token's time (slower, "
                                          "exact ITL).")] = False,
-    max_num_seqs: MaxNumSeqs = None,
-    kv_tokens: KvTokens = None,
-    max_num_batched_tokens: BatchedTokens = None,
-    replicas: Replicas = None,
-    balancer: BalancerOpt = None,
+    engine: TwinEngineFlags = AS_PRESET,
     twin: Derived = NO_TWIN,
-    repeat: Repeat = 1,
-    config_file: ConfigFile = None,
-    print_config: PrintConfig = False,
+    repeat: o.Repeat = 1,
+    config_file: o.ConfigFile = None,
+    print_config: o.PrintConfig = False,
 ) -> None:
     """Simulate load levels in virtual time (no GPU, no model): what if the cap were N?"""
-    from plateau_bench.sim.presets import preset_summary
+    from plateau_bench.sim.presets import get_preset, preset_summary
     from plateau_bench.sweep.plan import check_repeat
     from plateau_bench.sweep.session import simulate
 
-    if mode not in ("burst", "steady"):
-        raise ConfigError(f"--mode must be burst or steady (got {mode!r})")
-    workload = workload_spec(input_len, output_len, range_ratio, None, seed, None, length_convention, prefix_groups,
-                             prefix_len, trace=trace, trace_requests=num_requests)
+    workload = lengths.spec(trace_requests=load.num_requests)
     check_repeat(repeat)
     derived = twin.engine(preset, workload.input_len, workload.output_len)
-    base, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, derived=derived,
-                              replicas=replicas, balancer=balancer)
-    if no_prefix_cache:
-        config = msgspec.structs.replace(config, prefix_caching=False)
-    preset = config.name if derived else preset or "tiny"
-    if config.max_num_seqs == 0:
-        raise ConfigError("--max-num-seqs 0 admits no request; use at least 1")
-    levels_c = parse_int_list(concurrency, "--concurrency")
-    duration_s = parse_duration(duration, "--duration") if duration else (60.0 if mode == "steady" else None)
+    base = derived[0] if derived is not None else get_preset(preset or "tiny")
+    config = engine.configure(base)
+    name = config.name if derived else preset or "tiny"
     overrides = config.overrides_from(base)
-    engine = msgspec.convert(preset_summary(config), EngineSummary)
-    spec = RunSpec(workload=workload, sim=SimSpec(
-        preset=preset, mode=mode, overrides=overrides, engine=engine, concurrency=levels_c,
-        num_requests=num_requests, duration_s=duration_s), repeat=repeat)
-    levels = (trace_levels(workload, time_scale) if trace is not None else
-              [LevelSpec(mode=mode, concurrency=c, num_requests=num_requests,  # type: ignore[arg-type]
-                         duration_s=duration_s) for c in levels_c])
-    label = (f"simulated engine: {derived[1]}" if derived else f"simulated engine: preset {preset}") + (
-        f" with {overrides}" if overrides else "")
-    typer.echo(f"{label} (virtual time)")
-    done = run_async(simulate(config, workload, levels, spec, out_dir=out, chunks=chunks, observer=_PrintLevels(),
+    sim = load.sim_spec(name, overrides, preset_summary(config))
+    levels = load.levels(sim, workload)
+    label = f"simulated engine: {derived[1]}" if derived else f"simulated engine: preset {name}"
+    typer.echo(f"{label}{f' with {overrides}' if overrides else ''} (virtual time)")
+    done = run_async(simulate(config, workload, levels, RunSpec(workload=workload, sim=sim, repeat=repeat),
+                              out_dir=out, chunks=chunks, observer=_PrintLevels(),
                               existing="overwrite" if overwrite else "refuse", repeat=repeat))
     if repeat > 1:
-        wide_console().print(repeat_table(done.result.levels))
+        o.wide_console().print(repeat_table(done.result.levels))
     if out is not None:
         note_result_dir(out)
         typer.echo(f"results: {out}")
 
 
-@grouped
-def serve_sim_cmd(
-    preset: Preset = None,
-    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free port).")] = 8000,
+class ServeFlags(OptionGroup, frozen=True, kw_only=True):
+    """How the simulated server listens, and how it misbehaves on purpose (``serve-sim``)."""
+
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1"
+    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: any free port).")] = 8000
     speed: Annotated[float, typer.Option("--speed", help="Run the engine clock this many times faster "
-                                         "than real time.")] = 1.0,
-    no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Serve no /metrics (404).")] = False,
+                                         "than real time.")] = 1.0
+    no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Serve no /metrics (404).")] = False
     reject_when_waiting: Annotated[int | None, typer.Option(
         "--reject-when-waiting", help="Answer new requests with --reject-status while more than N "
-        "wait.")] = None,
-    reject_status: Annotated[int, typer.Option("--reject-status", help="429 or 503.")] = 429,
-    max_num_seqs: MaxNumSeqs = None,
-    kv_tokens: KvTokens = None,
-    max_num_batched_tokens: BatchedTokens = None,
-    max_model_len: Annotated[int | None, typer.Option("--max-model-len", help="Longest prompt + output.",
-                                                      rich_help_panel=ENGINE)] = None,
-    t0_ms: Annotated[float | None, typer.Option("--t0-ms", help="Step time: fixed part (ms).",
-                                                rich_help_panel=ENGINE)] = None,
-    a_ms: Annotated[float | None, typer.Option("--a-ms", help="Step time: per decode sequence (ms).",
-                                               rich_help_panel=ENGINE)] = None,
-    b_ms: Annotated[float | None, typer.Option("--b-ms", help="Step time: per prefill token (ms).",
-                                               rich_help_panel=ENGINE)] = None,
-    c_us: Annotated[float | None, typer.Option("--c-us", help="Step time: per KV token read (us).",
-                                               rich_help_panel=ENGINE)] = None,
+        "wait.")] = None
+    reject_status: Annotated[int, typer.Option("--reject-status", help="429 or 503.")] = 429
     faults: Annotated[str | None, typer.Option(
         "--faults", help="Fail requests on purpose, with per-request probabilities: hang, truncate, "
         "reset, malformed, http_500, http_429, slow_headers (e.g. hang=0.1,http_429=0.05); "
-        "slow_headers_s= and retry_after_s= set the delay and the Retry-After seconds.")] = None,
+        "slow_headers_s= and retry_after_s= set the delay and the Retry-After seconds.")] = None
     faults_seed: Annotated[int, typer.Option("--faults-seed", help="Same seed, same faults for the "
-                                             "n-th request.")] = 0,
-    replicas: Replicas = None,
-    balancer: BalancerOpt = None,
-    twin: Derived = NO_TWIN,
+                                             "n-th request.")] = 0
     backlog: Annotated[int, typer.Option("--backlog", help="Listen backlog: new connections the kernel holds "
                                          "before they are accepted (capped by net.core.somaxconn); a burst of "
-                                         "more overflows it and waits on SYN retries.")] = 4096,
-    no_prefix_cache: Annotated[bool, typer.Option("--no-prefix-cache", help="Turn off prefix caching (on by "
-                                                  "default, as in vLLM).", rich_help_panel=ENGINE)] = False,
+                                         "more overflows it and waits on SYN retries.")] = 4096
+
+    def options(self) -> ServeOptions:
+        """The validated serving options."""
+        from plateau_bench.sim.embed import ServeOptions
+        from plateau_bench.sim.faults import parse_faults
+
+        if self.speed <= 0:
+            raise ConfigError(f"--speed must be > 0 (got {self.speed})")
+        if self.reject_status not in (429, 503):
+            raise ConfigError(f"--reject-status must be 429 or 503 (got {self.reject_status})")
+        if self.reject_when_waiting is not None and self.reject_when_waiting < 0:
+            raise ConfigError(f"--reject-when-waiting must be >= 0 (got {self.reject_when_waiting})")
+        options = ServeOptions(speed=self.speed, metrics=not self.no_metrics,
+                               reject_when_waiting=self.reject_when_waiting, reject_status=self.reject_status,
+                               faults=parse_faults(self.faults) if self.faults else None,
+                               faults_seed=self.faults_seed, backlog=self.backlog)
+        options.validate()
+        return options
+
+
+SERVE_DEFAULTS = ServeFlags()
+
+
+@grouped
+def serve_sim_cmd(
+    preset: o.Preset = None,
+    serving: ServeFlags = SERVE_DEFAULTS,
+    engine: TwinEngineFlags = AS_PRESET,
+    twin: Derived = NO_TWIN,
 ) -> None:
     """Serve the simulated engine as an OpenAI-compatible server with vLLM's /metrics."""
-    from plateau_bench.aio import run
-    from plateau_bench.sim.embed import ServeOptions, serve_forever
-    from plateau_bench.sim.faults import parse_faults
+    from plateau_bench.sim.embed import serve_forever
+    from plateau_bench.sim.presets import get_preset
 
-    if speed <= 0:
-        raise ConfigError(f"--speed must be > 0 (got {speed})")
-    if reject_status not in (429, 503):
-        raise ConfigError(f"--reject-status must be 429 or 503 (got {reject_status})")
-    if reject_when_waiting is not None and reject_when_waiting < 0:
-        raise ConfigError(f"--reject-when-waiting must be >= 0 (got {reject_when_waiting})")
+    options = serving.options()
     derived = twin.engine(preset)
-    _, config = _configure(preset, max_num_seqs, kv_tokens, max_num_batched_tokens, max_model_len,
-                           t0_ms, a_ms, b_ms, c_us, derived=derived, replicas=replicas, balancer=balancer)
+    config = engine.configure(derived[0] if derived is not None else get_preset(preset or "tiny"))
     if derived:
         typer.echo(f"plateau serve-sim: engine {derived[1]}", err=True)
-    if no_prefix_cache:
-        config = msgspec.structs.replace(config, prefix_caching=False)
-    fault_spec = parse_faults(faults) if faults else None
-    options = ServeOptions(speed=speed, metrics=not no_metrics, reject_when_waiting=reject_when_waiting,
-                           reject_status=reject_status, faults=fault_spec, faults_seed=faults_seed,
-                           backlog=backlog)
-    options.validate()
+    name = config.name if derived else preset or "tiny"
 
     def ready(bound: int) -> None:
-        injected = f", faults {fault_spec.spec()} (seed {faults_seed})" if fault_spec and fault_spec.any else ""
+        faults = options.faults
+        injected = f", faults {faults.spec()} (seed {options.faults_seed})" if faults and faults.any else ""
         caching = "" if config.prefix_caching else ", prefix caching off"
-        typer.echo(f"plateau serve-sim: preset {config.name if derived else preset or 'tiny'} (model "
-                   f"{config.model_name!r}) on "
-                   f"http://{host}:{bound}, speed x{speed:g}{injected}{caching}; Ctrl-C to stop", err=True)
+        typer.echo(f"plateau serve-sim: preset {name} (model {config.model_name!r}) on http://{serving.host}:{bound}, "
+                   f"speed x{serving.speed:g}{injected}{caching}; Ctrl-C to stop", err=True)
 
-    run(serve_forever(config, options, host=host, port=port, on_ready=ready))
+    run_async(serve_forever(config, options, host=serving.host, port=serving.port, on_ready=ready))
 
 
 def register(app: typer.Typer) -> None:

@@ -121,8 +121,21 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
         out.validate()
         return out
 
-    def overrides_from(self, base: EngineConfig) -> dict[str, object]:
-        """The settings that differ from ``base`` (for labelling what-if results)."""
-        mine = msgspec.to_builtins(self)
-        theirs = msgspec.to_builtins(base)
-        return {k: v for k, v in mine.items() if theirs.get(k) != v and k not in ("description",)}
+    def overrides_from(self, base: EngineConfig) -> dict[str, str | int | float | bool | None]:
+        """The settings that differ from ``base`` (for labelling what-if results), nested ones by their
+        dotted name (``step.a``), so that every value is a plain scalar a result file can hold."""
+        mine = _flat(msgspec.to_builtins(self))
+        theirs = _flat(msgspec.to_builtins(base))
+        return {k: v for k, v in mine.items() if theirs.get(k) != v and k != "description"}
+
+
+def _flat(data: dict[str, object], prefix: str = "") -> dict[str, str | int | float | bool | None]:
+    out: dict[str, str | int | float | bool | None] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        elif value is None or isinstance(value, str | int | float | bool):
+            out[f"{prefix}{key}"] = value
+        else:
+            out[f"{prefix}{key}"] = str(value)
+    return out

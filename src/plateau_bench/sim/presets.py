@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from plateau_bench.errors import ConfigError
+from plateau_bench.result import EngineSummary, StepCoefficients
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.step_model import StepModel
 
@@ -116,14 +117,9 @@ def get_preset(name: str) -> EngineConfig:
         raise ConfigError(f"unknown preset {name!r}; known presets: {', '.join(_PRESETS)}") from None
 
 
-def preset_summary(config: EngineConfig) -> dict[str, object]:
+def preset_summary(config: EngineConfig) -> EngineSummary:
     """The key parameters, as shown by ``plateau presets`` and stored in results."""
-    return {
-        "name": config.name,
-        "policy": config.policy,
-        "max_num_seqs": config.max_num_seqs,
-        "max_num_batched_tokens": config.max_num_batched_tokens,
-        "kv_tokens": config.kv_tokens,
-        "block_size": config.block_size,
-        "step": msgspec.to_builtins(config.step),
-    }
+    return EngineSummary(name=config.name, policy=config.policy, max_num_seqs=config.max_num_seqs,
+                         max_num_batched_tokens=config.max_num_batched_tokens, kv_tokens=config.kv_tokens,
+                         block_size=config.block_size,
+                         step=msgspec.convert(msgspec.to_builtins(config.step), StepCoefficients))

@@ -34,6 +34,21 @@ def test_sim_writes_labelled_results(cli: Cli, tmp_path: Path) -> None:
     assert levels[1].decoding_concurrency < 48.5
 
 
+def test_sim_takes_the_servers_engine_flags_and_its_result_reads_back(cli: Cli, tmp_path: Path) -> None:
+    """The step time, replicas and balancer serve-sim takes replay in virtual time, and the overrides they
+    make (nested and text ones included) are saved so that the result loads again."""
+    out = tmp_path / "sim"
+    result = cli("sim", "--concurrency", "4", "--a-ms", "0.5", "--replicas", "2", "--balancer", "least-outstanding",
+                 "--no-prefix-cache", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    overrides = load_summary(out)["spec"]["sim"]["overrides"]
+    assert overrides["step.a"] == 0.0005 and overrides["replicas"] == 2
+    assert overrides["balancer"] == "least_outstanding" and overrides["prefix_caching"] is False
+    assert [lv.concurrency for lv in load_levels(out)] == [4]
+    shown = cli("report", str(out))
+    assert shown.exit_code == 0, shown.output
+
+
 def test_sim_draws_lengths_from_the_given_distributions(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "sim"
     result = cli("sim", "--concurrency", "200", "--input-len", "uniform:10,20", "--output-len", "normal:30,4",

@@ -7,16 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.spec import (
-    MAX_CONCURRENCY,
-    LevelSpec,
-    TargetSpec,
-    is_secret_header,
-    parse_duration,
-    parse_float_list,
-    parse_int_list,
-    redact_url,
-)
+from plateau_bench.redaction import is_secret_header, redact_url
+from plateau_bench.spec import MAX_CONCURRENCY, LevelSpec, TargetSpec, parse_duration, parse_float_list, parse_int_list
 
 # --- numbers --------------------------------------------------------------------------------------
 

@@ -21,14 +21,13 @@ from typing import Literal
 import msgspec
 
 from plateau_bench.errors import ConfigError
+from plateau_bench.redaction import REDACTED, is_secret_header, redact_url
 
 Mode = Literal["burst", "steady", "rate"]
 Endpoint = Literal["completions", "chat"]
 
 # More connections than this is a typo, not a benchmark: refused before anything is allocated.
 MAX_CONCURRENCY = 1_000_000
-REDACTED = "***"
-_SECRET_NAME_PARTS = ("auth", "key", "token", "secret", "cookie", "passw", "session")
 
 
 DEFAULT_SESSION_HEADER = "X-Session-ID"
@@ -276,60 +275,6 @@ class TargetSpec(msgspec.Struct, frozen=True, kw_only=True):
         shown["secret_headers"] = self.secret_headers
         fields = ", ".join(f"{k}={v!r}" for k, v in shown.items())
         return f"TargetSpec({fields})"
-
-
-def is_secret_header(name: str, named: tuple[str, ...] | list[str] = ()) -> bool:
-    """A header whose value is a credential: by its name, or named secret by the user."""
-    lowered = name.strip().lower()
-    if any(part in lowered for part in _SECRET_NAME_PARTS):
-        return True
-    return any(lowered == n.strip().lower() for n in named)
-
-
-_is_secret_header = is_secret_header  # the former private name
-
-
-def split_userinfo(url: str) -> tuple[str, str | None]:
-    """``(url without its userinfo, the userinfo or None)``: ``http://u:p@h/x`` -> ``(http://h/x, u:p)``.
-
-    Works on URLs without a scheme (``u:p@h:8000``) too; an ``@`` after the host is not userinfo.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
-    cuts = [i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0]
-    end = min(cuts) if cuts else len(rest)
-    userinfo, at, host = rest[:end].rpartition("@")
-    if not at:
-        return url, None
-    return f"{scheme}{sep}{host}{rest[end:]}", userinfo
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its userinfo and the values of secret-named query parameters as ``***``.
-
-    ``http://user:pw@h:8000/v1`` -> ``http://***@h:8000/v1``; ``http://h/?api_key=k&x=1`` ->
-    ``http://h/?api_key=***&x=1``. Works on URLs without a scheme (``user:pw@h:8000``) too.
-    """
-    bare, userinfo = split_userinfo(url)
-    scheme, sep, rest = bare.partition("://")
-    if not sep:
-        scheme, rest = "", bare
-    cuts = [i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0]
-    end = min(cuts) if cuts else len(rest)
-    authority, tail = rest[:end], rest[end:]
-    if userinfo is not None:
-        authority = f"{REDACTED}@{authority}"
-    query_at = tail.find("?")
-    if query_at >= 0:
-        fragment_at = tail.find("#", query_at)
-        stop = fragment_at if fragment_at >= 0 else len(tail)
-        params = []
-        for param in tail[query_at + 1 : stop].split("&"):
-            name, eq, _ = param.partition("=")
-            params.append(f"{name}={REDACTED}" if eq and is_secret_header(name) else param)
-        tail = tail[: query_at + 1] + "&".join(params) + tail[stop:]
-    return f"{scheme}{sep}{authority}{tail}"
 
 
 def check_concurrency(value: int, flag: str = "--concurrency") -> None:

@@ -13,15 +13,14 @@ from plateau_bench.driver.target import (
     TargetInfo,
     base_url,
     discover,
-    display_url,
     on_this_host,
-    redact,
     request_headers,
     secrets_of,
     tokenize_remote,
     wait_ready,
 )
 from plateau_bench.errors import TargetError
+from plateau_bench.redaction import redact, redact_url
 from plateau_bench.spec import TargetSpec
 
 if TYPE_CHECKING:
@@ -75,7 +74,7 @@ async def test_password_in_url_is_never_shown(refused_url: str) -> None:
         await discover(TargetSpec(url=url))
     assert "hunter22" not in str(caught.value)
     assert str(caught.value).startswith(f"cannot reach {refused_url.replace('http://', 'http://***@')}: ")
-    assert display_url(url) == refused_url.replace("http://", "http://***@")
+    assert redact_url(url) == refused_url.replace("http://", "http://***@")
 
 
 async def test_wait_ready_never_shows_url_credentials(refused_url: str) -> None:

@@ -30,7 +30,7 @@ from typer.core import TyperCommand
 
 from plateau_bench._version import __version__
 from plateau_bench.errors import ConfigError
-from plateau_bench.spec import is_secret_header, split_userinfo
+from plateau_bench.redaction import is_secret_header, split_userinfo
 
 CONFIG_NAME = "config.yaml"
 _NOT_KEPT = frozenset({"config_file", "print_config", "out", "resume", "overwrite", "api_key", "secret_header"})

@@ -15,6 +15,7 @@ from rich.console import Console
 from plateau_bench.commands.config_file import load_config
 from plateau_bench.commands.groups import OptionGroup
 from plateau_bench.errors import ConfigError, PlateauError
+from plateau_bench.redaction import redact_url, split_userinfo
 from plateau_bench.spec import (
     DEFAULT_SESSION_HEADER,
     LengthSpec,
@@ -22,8 +23,6 @@ from plateau_bench.spec import (
     WorkloadSpec,
     parse_duration,
     parse_length,
-    redact_url,
-    split_userinfo,
 )
 from plateau_bench.sweep.job import Placement, Telemetry, Twin
 

@@ -61,12 +61,12 @@ from plateau_bench.driver.sse import StreamAccumulator, TokenCounts
 from plateau_bench.driver.target import (
     base_url,
     describe_failure,
-    redact,
     request_headers,
     secrets_of,
 )
 from plateau_bench.errors import ErrorClass
 from plateau_bench.records import RequestRecord
+from plateau_bench.redaction import redact
 from plateau_bench.spec import TargetSpec
 
 _DETAIL_MAX = 200

@@ -25,7 +25,8 @@ import aiohttp
 import msgspec
 
 from plateau_bench.errors import TargetError
-from plateau_bench.spec import REDACTED, TargetSpec, is_secret_header, redact_url, split_userinfo
+from plateau_bench.redaction import is_secret_header, redact, redact_url, split_userinfo
+from plateau_bench.spec import TargetSpec
 
 _PROBE_TIMEOUT_S = 10.0
 _DNS_ERROR: tuple[type[BaseException], ...] = tuple(
@@ -82,13 +83,7 @@ def on_this_host(target: TargetSpec) -> bool:
     return host == socket.gethostname().lower()   # not getfqdn: a reverse DNS lookup can hang offline
 
 
-def display_url(url: str) -> str:
-    """The URL as it may be printed: ``http://user:pw@h`` -> ``http://***@h`` (``redact_url``)."""
-    return redact_url(url)
-
-
 _AUTH_SCHEME = re.compile(r"^\s*[A-Za-z][\w.-]*\s+(\S.*?)\s*$")  # "Bearer <credential>"
-_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#@]+@")
 
 
 def secrets_of(target: TargetSpec) -> tuple[str, ...]:
@@ -109,16 +104,6 @@ def secrets_of(target: TargetSpec) -> tuple[str, ...]:
         found += [v for k, v in parse_qsl(query) if is_secret_header(k) and v]
     # Longest first, so a secret that contains another is removed whole.
     return tuple(sorted({s for s in found if len(s) >= 3}, key=len, reverse=True))
-
-
-def redact(text: str, secrets: tuple[str, ...]) -> str:
-    """``text`` with every secret, and the userinfo of any URL in it, shown as ``***``."""
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, REDACTED)
-    if "@" in text:
-        text = _URL_USERINFO.sub(rf"\1{REDACTED}@", text)
-    return text
 
 
 def _basic(target: TargetSpec) -> str | None:
@@ -178,7 +163,7 @@ class _ModelList(msgspec.Struct):
 async def discover(target: TargetSpec) -> TargetInfo:
     """Check the target and fill in what the run needs. Raises TargetError."""
     root = base_url(target)
-    shown = display_url(_root(target))
+    shown = redact_url(_root(target))
     secrets = secrets_of(target)
     async with _session(target, min(target.timeout_s, _PROBE_TIMEOUT_S)) as session:
         try:
@@ -253,7 +238,7 @@ async def wait_ready(target: TargetSpec, timeout_s: float, *, poll_s: float = 0.
     Raises TargetError after ``timeout_s`` saying what it waited for and the last answer.
     """
     root = base_url(target)
-    shown = display_url(_root(target))
+    shown = redact_url(_root(target))
     secrets = secrets_of(target)
     deadline = time.monotonic() + timeout_s
     last = "no answer yet"

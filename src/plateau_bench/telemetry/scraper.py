@@ -38,7 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from plateau_bench.errors import ScrapeError
-from plateau_bench.spec import redact_url
+from plateau_bench.redaction import redact_url
 from plateau_bench.telemetry.engines import (
     CANONICAL,
     EngineMap,

@@ -9,8 +9,7 @@ import pytest
 
 from plateau_bench.errors import ConfigError
 from plateau_bench.level_run import HealthSample
-from plateau_bench.records import RequestRecord
-from plateau_bench.result import LevelResult, ResultFile
+from plateau_bench.result import ResultFile
 from plateau_bench.run_view import ReportRun
 from plateau_bench.store import (
     ResultWriter,
@@ -21,11 +20,8 @@ from plateau_bench.store import (
     load_runs,
 )
 
+from support.builders import level_result, request_record
 from support.loading import Cli
-
-
-def _record(index: int) -> RequestRecord:
-    return RequestRecord(index=index, scheduled_ns=0, sent_ns=0, end_ns=10, output_tokens=1)
 
 
 def test_an_existing_result_directory_is_refused_unless_asked(tmp_path: Path) -> None:
@@ -39,9 +35,10 @@ def test_an_existing_result_directory_is_refused_unless_asked(tmp_path: Path) ->
 
 def test_only_the_kept_attempt_counts(tmp_path: Path) -> None:
     with ResultWriter(tmp_path, ResultFile(kind="sweep")) as writer:
-        writer.add_requests("C=2", [_record(0), _record(1), _record(2)], attempt=1)   # interrupted
-        writer.add_requests("C=2", [_record(0), _record(1)], attempt=2)
-        writer.add_level(LevelResult(label="C=2", mode="steady", concurrency=2, attempt=2, num_requests=2))
+        # attempt 1 was interrupted
+        writer.add_requests("C=2", [request_record(i, end_ns=10, output_tokens=1) for i in range(3)], attempt=1)
+        writer.add_requests("C=2", [request_record(i, end_ns=10, output_tokens=1) for i in range(2)], attempt=2)
+        writer.add_level(level_result(2, attempt=2, num_requests=2))
     result = load_result(tmp_path)
     assert len(load_requests(tmp_path)["C=2"]) == 5
     assert len(load_requests(tmp_path, attempts=kept_attempts(result))["C=2"]) == 2
@@ -50,8 +47,8 @@ def test_only_the_kept_attempt_counts(tmp_path: Path) -> None:
 
 def test_a_level_measured_again_replaces_the_earlier_attempt(tmp_path: Path) -> None:
     with ResultWriter(tmp_path, ResultFile(kind="sweep")) as writer:
-        writer.add_level(LevelResult(label="C=2", mode="steady", concurrency=2, level_failed=True))
-        writer.add_level(LevelResult(label="C=2", mode="steady", concurrency=2, attempt=2))
+        writer.add_level(level_result(2, level_failed=True))
+        writer.add_level(level_result(2, attempt=2))
     (level,) = load_result(tmp_path).levels
     assert level.attempt == 2 and not level.level_failed
 
@@ -71,11 +68,12 @@ def test_a_full_disk_is_one_line_and_finished_levels_are_kept(cli: Cli, tmp_path
 
 def _sweep_with_a_retried_level(out: Path) -> None:
     with ResultWriter(out, ResultFile(kind="sweep")) as writer:
-        writer.add_requests("C=2", [_record(0), _record(1), _record(2)], attempt=1)   # interrupted
+        # attempt 1 was interrupted
+        writer.add_requests("C=2", [request_record(i, end_ns=10, output_tokens=1) for i in range(3)], attempt=1)
         writer.add_telemetry("C=2", HealthSample(t_ns=1, cpu_pct=5.0, loop_lag_ms=0.1), attempt=1)
-        writer.add_requests("C=2", [_record(0), _record(1)], attempt=2)
+        writer.add_requests("C=2", [request_record(i, end_ns=10, output_tokens=1) for i in range(2)], attempt=2)
         writer.add_telemetry("C=2", HealthSample(t_ns=2, cpu_pct=6.0, loop_lag_ms=0.2), attempt=2)
-        writer.add_level(LevelResult(label="C=2", mode="steady", concurrency=2, attempt=2, num_requests=2))
+        writer.add_level(level_result(2, attempt=2, num_requests=2))
 
 
 def test_a_run_for_the_report_reads_the_kept_attempts_records_when_asked(tmp_path: Path) -> None:

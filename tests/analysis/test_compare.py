@@ -11,19 +11,18 @@ from plateau_bench.analysis.compare import Comparison, RunData, compare_runs, cu
 from plateau_bench.analysis.crossover import Curve, find_crossovers, interpolate_log2
 from plateau_bench.analysis.slo import parse_slo
 from plateau_bench.errors import ConfigError, ResultsError
-from plateau_bench.records import RequestRecord
 from plateau_bench.result import Latency, LevelResult, RunSpec
 
+from support.builders import level_result, request_record
+
 GRID = (1, 2, 4, 8, 12, 16, 24, 32, 64, 128, 256)
-MS = 1_000_000
 
 
 def level(c: int, thr: float, *, ttft_ms: float | None = 100.0, tpot_ms: float | None = 20.0,
           ci: float | None = None, mode: str = "burst") -> LevelResult:
-    return LevelResult(label=f"C={c}", mode=mode, concurrency=c, output_throughput=thr, request_throughput=c / 10,
-                       duration_s=10.0, window_end_s=10.0, throughput_ci_rel=ci,
-                       ttft_ms=Latency(p50=ttft_ms, p90=ttft_ms, p99=ttft_ms),
-                       tpot_ms=Latency(p50=tpot_ms, p90=tpot_ms, p99=tpot_ms))
+    return level_result(c, thr, mode=mode, request_throughput=c / 10, duration_s=10.0, window_end_s=10.0,
+                        throughput_ci_rel=ci, ttft_ms=Latency(p50=ttft_ms, p90=ttft_ms, p99=ttft_ms),
+                        tpot_ms=Latency(p50=tpot_ms, p90=tpot_ms, p99=tpot_ms))
 
 
 def run(name: str, thr: Sequence[float], grid: Sequence[int] = GRID, **kw: object) -> RunData:
@@ -175,10 +174,8 @@ def test_slo_capacity_and_winner_per_profile() -> None:
 
 def test_goodput_from_requests_counts_requests_meeting_every_bound() -> None:
     lv = level(2, 100.0, ttft_ms=900.0)
-    good = RequestRecord(index=0, scheduled_ns=0, sent_ns=0, first_token_ns=500 * MS, end_ns=2000 * MS,
-                         output_tokens=10)
-    late = RequestRecord(index=1, scheduled_ns=0, sent_ns=0, first_token_ns=1500 * MS, end_ns=3000 * MS,
-                         output_tokens=10)
+    good = request_record(0, ttft_ms=500, e2e_ms=2000, output_tokens=10)
+    late = request_record(1, ttft_ms=1500, e2e_ms=3000, output_tokens=10)
     with_requests = RunData("r", (lv,), requests={"C=2": [good, late]})
     other = RunData("o", (level(2, 50.0),))
     comp = compare_runs([with_requests, other], [parse_slo("ttft_p99=1s")])

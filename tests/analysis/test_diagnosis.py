@@ -10,16 +10,18 @@ import pytest
 from plateau_bench.analysis.diagnosis import diagnose
 from plateau_bench.result import ClientHealth, Latency, LevelResult, ServerTelemetry
 
+from support.builders import level_result
+
 
 def level(c: int, tput: float, *, dec: float, peak: int, ttft: float, tpot: float, mode: str = "steady",
           wall: float = 10.0, failed: int = 0, errors: dict[str, int] | None = None,
           telemetry: dict[str, float] | None = None, client: dict[str, float] | None = None,
           achieved: float | None = None, itl_max: float | None = None) -> LevelResult:
     n = max(c, 10)
-    return LevelResult(
-        label=f"C={c}", mode=mode, concurrency=c, num_requests=n, completed=n - failed, failed=failed,
+    return level_result(
+        c, tput, mode=mode, num_requests=n, completed=n - failed, failed=failed,
         errors=errors or {}, dominant_error=next(iter(errors), None) if errors else None,
-        output_throughput=tput, decoding_concurrency=dec, peak_decoding=peak,
+        decoding_concurrency=dec, peak_decoding=peak,
         achieved_concurrency=achieved if achieved is not None else float(c), wall_s=wall,
         ttft_ms=Latency(mean=ttft, p50=ttft, p99=ttft * 1.1), tpot_ms=Latency(mean=tpot, p50=tpot, p99=tpot),
         itl_ms=Latency(mean=tpot, p50=tpot, p99=tpot, max=itl_max or tpot * 1.5),

@@ -12,6 +12,8 @@ from plateau_bench.telemetry.dcgm import node_raw, parse_dcgm
 from plateau_bench.telemetry.samples import SOURCE_GPU, TelemetrySample, samples_from_lines
 from plateau_bench.units import NS
 
+from support.builders import level_result
+
 DATA = Path(__file__).resolve().parents[1] / "telemetry" / "data"   # the constructed DCGM pages
 CONSTRAINTS = ["admission_cap", "kv_capacity", "compute", "prefill", "load_generator", "not_saturated",
                "errors", "insufficient_data"]
@@ -135,8 +137,7 @@ def test_no_gpu_metrics_for_a_window_before_the_first_sample() -> None:
 
 def level(m: GpuMetrics | None, *, concurrency: int = 64, throughput: float = 1000.0,
           failed: bool = False) -> LevelResult:
-    return LevelResult(label=f"c{concurrency}", mode="steady", concurrency=concurrency,
-                       output_throughput=throughput, gpu_metrics=m, level_failed=failed)
+    return level_result(concurrency, throughput, label=f"c{concurrency}", gpu_metrics=m, level_failed=failed)
 
 
 def gm(**fields: float) -> GpuMetrics:

@@ -16,6 +16,8 @@ from plateau_bench.analysis.repeats import (
 )
 from plateau_bench.result import Interval, Latency, LevelResult, RepeatFigures
 
+from support.builders import level_result
+
 
 def test_t_interval_of_three_values() -> None:
     # mean 12, s = 2, half-width = t(0.975, 2) * 2 / sqrt(3) = 4.303 * 1.1547 = 4.9687
@@ -78,9 +80,9 @@ def test_welch_without_any_spread() -> None:
 
 
 def _level(label: str, tok_s: float, ttft_p99: float, *, failed: bool = False) -> LevelResult:
-    return LevelResult(label=label, mode="steady", concurrency=int(label[2:]), output_throughput=tok_s,
-                       completed=0 if failed else 10, num_requests=10, failed=10 if failed else 0,
-                       level_failed=failed, ttft_ms=Latency(p50=ttft_p99 / 2, p99=ttft_p99, count=10))
+    return level_result(int(label[2:]), tok_s, label=label, completed=0 if failed else 10, num_requests=10,
+                        failed=10 if failed else 0, level_failed=failed,
+                        ttft_ms=Latency(p50=ttft_p99 / 2, p99=ttft_p99, count=10))
 
 
 def test_a_failed_repeat_is_kept_but_not_counted() -> None:

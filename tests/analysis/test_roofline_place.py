@@ -12,6 +12,8 @@ from plateau_bench.analysis.roofline_place import decode_batch, place_on_rooflin
 from plateau_bench.result import Latency, LevelResult, Plateau, ServerTelemetry, Verdict
 from plateau_bench.roofline import Deployment, build_roofline, ceiling_at_batch, find_gpu, find_link, read_model_config
 
+from support.builders import level_result
+
 DATA = Path(__file__).parents[2] / "examples" / "models"
 GPU = find_gpu("rtx-pro-6000")
 RF = build_roofline(read_model_config(DATA / "gqa_moe_230b.json"), GPU,
@@ -21,10 +23,9 @@ RF = build_roofline(read_model_config(DATA / "gqa_moe_230b.json"), GPU,
 def level(c: int, tok_s: float, *, decoding: float, running: float | None = None, tpot_ms: float = 64.0,
           prompt: int = 128, output: int = 512) -> LevelResult:
     rps = tok_s / output
-    return LevelResult(label=f"C={c}", mode="steady", concurrency=c, num_requests=100, completed=100,
-                       output_throughput=tok_s, total_throughput=tok_s + rps * prompt, request_throughput=rps,
-                       decoding_concurrency=decoding, tpot_ms=Latency(mean=tpot_ms),
-                       telemetry=ServerTelemetry(running_mean=running))
+    return level_result(c, tok_s, num_requests=100, completed=100, total_throughput=tok_s + rps * prompt,
+                        request_throughput=rps, decoding_concurrency=decoding, tpot_ms=Latency(mean=tpot_ms),
+                        telemetry=ServerTelemetry(running_mean=running))
 
 
 def test_the_batch_comes_from_the_server_then_the_client_then_littles_law() -> None:
@@ -32,7 +33,7 @@ def test_the_batch_comes_from_the_server_then_the_client_then_littles_law() -> N
     assert decode_batch(level(256, 4000, decoding=250)) == (250, "client")
     little = msgspec.structs.replace(level(256, 4000, decoding=0), decoding_concurrency=0.0)
     assert decode_batch(little) == pytest.approx((4000 * 0.064, "little"))
-    nothing = LevelResult(label="C=1", mode="steady", concurrency=1)
+    nothing = level_result(1)
     assert decode_batch(nothing) is None
 
 

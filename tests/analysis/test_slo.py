@@ -4,8 +4,9 @@ import pytest
 
 from plateau_bench.analysis.slo import goodput, level_meets, parse_slo, violations
 from plateau_bench.errors import ConfigError
-from plateau_bench.records import RequestRecord
-from plateau_bench.result import Latency, LevelResult
+from plateau_bench.result import Latency
+
+from support.builders import level_result, request_record
 
 
 def test_parse_units() -> None:
@@ -25,16 +26,13 @@ def test_bad_slo(text: str, fragment: str) -> None:
 
 
 def test_level_checks() -> None:
-    lv = LevelResult(label="C=1", mode="steady", ttft_ms=Latency(p99=1500.0), tpot_ms=Latency(p99=120.0))
+    lv = level_result(label="C=1", ttft_ms=Latency(p99=1500.0), tpot_ms=Latency(p99=120.0))
     assert level_meets(lv, parse_slo("ttft_p99=2s"))
     assert not level_meets(lv, parse_slo("ttft_p99=2s,tpot_p99=100ms"))
     assert violations(lv, parse_slo("tpot_p99=100ms")) == ["tpot_p99=120ms > 100ms"]
 
 
 def test_goodput_counts_requests_meeting_every_slo() -> None:
-    ms = 1_000_000
-    fast = RequestRecord(index=0, scheduled_ns=0, sent_ns=0, first_token_ns=100 * ms, end_ns=1100 * ms,
-                         output_tokens=11)
-    slow = RequestRecord(index=1, scheduled_ns=0, sent_ns=0, first_token_ns=3000 * ms, end_ns=4000 * ms,
-                         output_tokens=11)
+    fast = request_record(0, ttft_ms=100, e2e_ms=1100, output_tokens=11)
+    slow = request_record(1, ttft_ms=3000, e2e_ms=4000, output_tokens=11)
     assert goodput([fast, slow], 2.0, parse_slo("ttft_p99=2s")) == pytest.approx(0.5)

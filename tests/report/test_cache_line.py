@@ -4,14 +4,15 @@ prompts only when the server found some of them cached."""
 from __future__ import annotations
 
 from plateau_bench.report.terminal import cache_line
-from plateau_bench.result import LevelResult, ResultFile, RunSpec, ServerTelemetry
+from plateau_bench.result import ResultFile, ServerTelemetry
 from plateau_bench.spec import WorkloadSpec
+
+from support.builders import level_result, result_file
 
 
 def _result(rates: list[float | None], workload: WorkloadSpec | None = None) -> ResultFile:
-    levels = [LevelResult(label=f"C={2 ** i}", mode="steady", concurrency=2 ** i,
-                          telemetry=ServerTelemetry(prefix_cache_hit_rate=r)) for i, r in enumerate(rates)]
-    return ResultFile(kind="sweep", spec=RunSpec(workload=workload or WorkloadSpec()), levels=levels)
+    return result_file([level_result(2 ** i, telemetry=ServerTelemetry(prefix_cache_hit_rate=r))
+                        for i, r in enumerate(rates)], workload=workload or WorkloadSpec())
 
 
 def test_new_prompts_show_the_rate_only_when_the_server_found_them_cached() -> None:

@@ -8,9 +8,11 @@ from plateau_bench.analysis.repeats import repeat_stats
 from plateau_bench.report.repeats import interval_text, repeat_table, repeat_table_html
 from plateau_bench.result import Interval, LevelResult, RepeatFigures
 
+from support.builders import level_result
+
 
 def _level() -> LevelResult:
-    level = LevelResult(label="C=8", mode="steady", concurrency=8, output_throughput=1000.0)
+    level = level_result(8, 1000.0)
     level.repeats = [RepeatFigures(repeat=1, output_throughput=1000.0, ttft_p99_ms=40.0),
                      RepeatFigures(repeat=2, output_throughput=1020.0, ttft_p99_ms=44.0),
                      RepeatFigures(repeat=3, output_throughput=980.0, ttft_p99_ms=42.0),
@@ -29,7 +31,7 @@ def test_interval_text() -> None:
 
 def test_table_rows_count_only_the_repeats_that_stood() -> None:
     console = Console(width=200, record=True, color_system=None)
-    console.print(repeat_table([_level(), LevelResult(label="C=1", mode="steady", concurrency=1)]))
+    console.print(repeat_table([_level(), level_result(1)]))
     lines = [line.strip() for line in console.export_text().splitlines() if line.strip()]
     row = next(line for line in lines if line.startswith("C=8"))
     # tok/s: mean 1000, s 20 -> ±49.7; TTFT p99: mean 42, s 2 -> ±4.97 (two digits shown);

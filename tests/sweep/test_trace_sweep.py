@@ -12,6 +12,7 @@ from plateau_bench.sim.presets import get_preset
 from plateau_bench.store import load_levels, load_summary
 from plateau_bench.sweep.trace_plan import TracePlan, keeps_up
 
+from support.builders import level_result
 from support.loading import Cli
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
@@ -20,8 +21,8 @@ TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 def done(plan: TracePlan, scale: float, served_share: float) -> LevelResult:
     level = plan.level(scale)
     rate = level.rate or 0.0
-    return LevelResult(label=level.label, mode="rate", rate=rate, num_requests=plan.requests,
-                       completed=plan.requests, request_throughput=served_share * rate)
+    return level_result(label=level.label, mode="rate", rate=rate, num_requests=plan.requests,
+                        completed=plan.requests, request_throughput=served_share * rate)
 
 
 def test_auto_doubles_until_the_replay_stops_keeping_up() -> None:

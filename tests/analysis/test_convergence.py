@@ -6,20 +6,14 @@ from plateau_bench.analysis.convergence import PrecisionRule, Progress
 from plateau_bench.records import RequestRecord
 from plateau_bench.units import NS
 
+from support.builders import lockstep_records
+
 WORKERS = 4
 
 
 def lockstep(cycles: int, *, prefill_s: float, decode_s: float, tokens: int = 100) -> list[RequestRecord]:
     """Four workers in lock step: each cycle a prefill phase (no tokens), then ``tokens`` over ``decode_s``."""
-    out = []
-    cycle = prefill_s + decode_s
-    for k in range(cycles):
-        for w in range(WORKERS):
-            sent = k * cycle
-            out.append(RequestRecord(index=k * WORKERS + w, worker=w, scheduled_ns=round(sent * NS),
-                                     sent_ns=round(sent * NS), first_token_ns=round((sent + prefill_s) * NS),
-                                     end_ns=round((k + 1) * cycle * NS), prompt_tokens=10, output_tokens=tokens))
-    return out
+    return lockstep_records([tokens] * cycles, workers=WORKERS, prefill_s=prefill_s, decode_s=decode_s)
 
 
 def _done(rule: PrecisionRule, records: list[RequestRecord]) -> bool:

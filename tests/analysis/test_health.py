@@ -6,6 +6,8 @@ from plateau_bench.analysis.health import summarize_health, with_requests
 from plateau_bench.level_run import HealthSample
 from plateau_bench.records import RequestRecord
 
+from support.builders import request_record
+
 MS = 1_000_000
 
 
@@ -34,8 +36,8 @@ def test_one_process_keeps_the_old_figures() -> None:
 
 def test_each_process_gets_its_own_send_lag_and_connect_time() -> None:
     def record(i: int, process: int, lag_ms: float, connect_ms: float, warmup: bool = False) -> RequestRecord:
-        return RequestRecord(index=i, scheduled_ns=0, sent_ns=int(lag_ms * MS), end_ns=10**9,
-                             connect_ns=int(connect_ms * MS), process=process, warmup=warmup)
+        return request_record(i, scheduled_ns=0, sent_ns=int(lag_ms * MS), end_ns=10**9,
+                              connect_ns=int(connect_ms * MS), process=process, warmup=warmup)
 
     records = [record(i, 0, 1.0, 2.0) for i in range(50)] + [record(50 + i, 1, 30.0, 1500.0) for i in range(50)]
     records.append(record(100, 0, 9_999.0, 9_999.0, warmup=True))   # warm-up is no measurement

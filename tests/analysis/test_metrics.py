@@ -22,6 +22,8 @@ from plateau_bench.records import RequestRecord
 from plateau_bench.report.terminal import seed_line
 from plateau_bench.units import NS
 
+from support.builders import lockstep_records, request_record
+
 MS = 1_000_000
 
 
@@ -29,11 +31,10 @@ def rec(index: int, sent_ms: float, chunks_ms: list[float], *, worker: int = 0, 
         prompt: int = 10, error: str | None = None, warmup: bool = False) -> RequestRecord:
     chunk_ns = [int(c * MS) for c in chunks_ms]
     toks = tokens or [1] * len(chunk_ns)
-    return RequestRecord(
-        index=index, worker=worker, scheduled_ns=int(sent_ms * MS), sent_ns=int(sent_ms * MS),
-        first_token_ns=chunk_ns[0] if chunk_ns else None, end_ns=chunk_ns[-1] if chunk_ns else int(sent_ms * MS),
-        chunk_ns=chunk_ns, chunk_tokens=toks, prompt_tokens=prompt, output_tokens=sum(toks) if chunk_ns else 0,
-        error=error, warmup=warmup,
+    return request_record(
+        index, worker=worker, sent_ns=int(sent_ms * MS), first_token_ns=chunk_ns[0] if chunk_ns else None,
+        end_ns=chunk_ns[-1] if chunk_ns else int(sent_ms * MS), chunk_ns=chunk_ns, chunk_tokens=toks,
+        prompt_tokens=prompt, output_tokens=sum(toks) if chunk_ns else 0, error=error, warmup=warmup,
     )
 
 
@@ -94,8 +95,7 @@ def test_warmup_records_are_ignored() -> None:
 
 
 def test_chunkless_records_spread_tokens_evenly() -> None:
-    r = RequestRecord(index=0, scheduled_ns=0, sent_ns=0, first_token_ns=100 * MS, end_ns=1100 * MS,
-                      output_tokens=11, prompt_tokens=5)
+    r = request_record(0, ttft_ms=100, e2e_ms=1100, output_tokens=11, prompt_tokens=5)
     lv = compute_level([r], label="C=1", mode="burst", concurrency=1)
     assert lv.tpot_ms.mean == pytest.approx(100)
     assert lv.itl_ms.mean == pytest.approx(100)
@@ -225,23 +225,9 @@ def test_a_spread_level_keeps_nearly_its_whole_window() -> None:
         pytest.approx(40.0, rel=0.02)
 
 
-def _waves(tokens_per_wave: list[int], *, workers: int = 4, prefill_s: float = 3.0, decode_s: float = 7.0,
-           ) -> list[RequestRecord]:
-    """Workers in lock step: each wave a prefill phase (no tokens), then each request's tokens over ``decode_s``."""
-    cycle = prefill_s + decode_s
-    out = []
-    for k, tokens in enumerate(tokens_per_wave):
-        for w in range(workers):
-            sent = round(k * cycle * NS)
-            out.append(RequestRecord(index=k * workers + w, worker=w, scheduled_ns=sent, sent_ns=sent,
-                                     first_token_ns=sent + round(prefill_s * NS), end_ns=round((k + 1) * cycle * NS),
-                                     prompt_tokens=10, output_tokens=tokens))
-    return out
-
-
 def test_lock_step_batches_close_on_whole_waves_and_differ_only_as_the_waves_do() -> None:
     tokens = [100, 102, 98, 100, 104, 100]
-    records = _waves(tokens)
+    records = lockstep_records(tokens, prefill_s=3.0, decode_s=7.0)
     w = steady_window(records)
     times, cumulative = sorted_tokens(records)
     first = sorted_first_tokens(records)
@@ -260,7 +246,7 @@ def test_lock_step_batches_close_on_whole_waves_and_differ_only_as_the_waves_do(
 
 
 def test_identical_waves_read_no_spread_where_equal_sub_windows_read_the_phase_pattern() -> None:
-    records = _waves([100] * 6)
+    records = lockstep_records([100] * 6, prefill_s=3.0, decode_s=7.0)
     times, cumulative = sorted_tokens(records)
     w = steady_window(records)
     assert batch_means_ci_rel(steady_batches(times, cumulative, w, sorted_first_tokens(records), 4)) == 0.0
@@ -269,7 +255,7 @@ def test_identical_waves_read_no_spread_where_equal_sub_windows_read_the_phase_p
 
 
 def test_under_three_whole_waves_the_equal_sub_windows_serve() -> None:
-    records = _waves([100] * 3)
+    records = lockstep_records([100] * 3, prefill_s=3.0, decode_s=7.0)
     w = steady_window(records)
     first = sorted_first_tokens(records)
     assert phase_edges(first, w, workers=4) is None

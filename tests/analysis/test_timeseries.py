@@ -7,6 +7,8 @@ from plateau_bench.analysis.metrics import NS
 from plateau_bench.analysis.timeseries import downsample, in_flight, level_series, output_tps, server_series
 from plateau_bench.records import RequestRecord
 
+from support.builders import request_record
+
 MS = 1_000_000
 
 
@@ -15,8 +17,8 @@ def rec(i: int, sent_s: float, end_s: float, tokens: int = 10, *, warmup: bool =
     sent, end = int(sent_s * NS), int(end_s * NS)
     first = sent + 100 * MS
     chunk_ns = list(np.linspace(first, end, tokens).astype(int)) if chunks else []
-    return RequestRecord(index=i, scheduled_ns=sent, sent_ns=sent, end_ns=end, first_token_ns=first,
-                         chunk_ns=chunk_ns, chunk_tokens=[1] * len(chunk_ns), output_tokens=tokens, warmup=warmup)
+    return request_record(i, sent_ns=sent, end_ns=end, first_token_ns=first, chunk_ns=chunk_ns,
+                          chunk_tokens=[1] * len(chunk_ns), output_tokens=tokens, warmup=warmup)
 
 
 def test_in_flight_counts_requests_between_send_and_end() -> None:

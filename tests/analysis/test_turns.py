@@ -6,14 +6,13 @@ from plateau_bench.analysis.turns import turn_metrics
 from plateau_bench.errors import ErrorClass
 from plateau_bench.records import RequestRecord
 
-MS = 1_000_000
+from support.builders import request_record
 
 
 def rec(index: int, turn: int, ttft_ms: int, prompt: int, *, error: ErrorClass | None = None,
         warmup: bool = False) -> RequestRecord:
-    return RequestRecord(index=index, scheduled_ns=0, sent_ns=0, end_ns=(ttft_ms + 10) * MS,
-                         first_token_ns=ttft_ms * MS, prompt_tokens=prompt, session=index // 3, turn=turn,
-                         error=error, warmup=warmup)
+    return request_record(index, ttft_ms=ttft_ms, e2e_ms=ttft_ms + 10, prompt_tokens=prompt, session=index // 3,
+                          turn=turn, error=error, warmup=warmup)
 
 
 def test_figures_per_turn_index_leave_out_failures_and_warmup() -> None:
@@ -28,5 +27,5 @@ def test_figures_per_turn_index_leave_out_failures_and_warmup() -> None:
 
 
 def test_single_turn_requests_have_no_turn_figures() -> None:
-    plain = RequestRecord(index=0, scheduled_ns=0, sent_ns=0, end_ns=5, first_token_ns=1)
+    plain = request_record(0, end_ns=5, first_token_ns=1)
     assert turn_metrics([plain]) == []

@@ -121,6 +121,17 @@ async def test_default_url_that_does_not_answer_is_silently_unavailable() -> Non
         scraper.raise_if_unavailable()
 
 
+async def test_an_unreachable_url_with_a_password_is_reported_without_it() -> None:
+    scraper = TelemetryScraper(f"http://scraper:hunter22@127.0.0.1:{free_port()}/metrics", interval_s=0.02)
+    await scraper.start()
+    await wait_for(lambda: scraper.available is not None)
+    await scraper.stop()
+    assert scraper.last_error is not None and "cannot connect to http://***@127.0.0.1" in scraper.last_error
+    with pytest.raises(ScrapeError) as refused:
+        scraper.raise_if_unavailable()
+    assert "hunter22" not in str(refused.value) and "scraper:" not in str(refused.value)
+
+
 async def test_404_is_unavailable(metrics_server: Start) -> None:
     server = await metrics_server(MetricsPlan(status=lambda i: 404))
     scraper = TelemetryScraper(server.metrics_url, interval_s=0.02)

@@ -38,7 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from plateau_bench.errors import ScrapeError
-from plateau_bench.redaction import redact_url
+from plateau_bench.redaction import redact, redact_url
 from plateau_bench.telemetry.engines import (
     CANONICAL,
     EngineMap,
@@ -79,6 +79,11 @@ def info_endpoints(base_url: str) -> dict[str, str]:
 
 
 def _describe(exc: BaseException, url: str, timeout_s: float) -> str:
+    """One line on a failed scrape; no credential of the URL in it (an exception may quote the URL whole)."""
+    return redact(_failure(exc, redact_url(url), timeout_s))
+
+
+def _failure(exc: BaseException, url: str, timeout_s: float) -> str:
     if isinstance(exc, TimeoutError):
         return f"no answer from {url} within {timeout_s:g} s"
     if isinstance(exc, aiohttp.ClientConnectorError):

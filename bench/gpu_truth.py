@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from plateau_bench.analysis.gpu import evidence_for, gpu_metrics
 from plateau_bench.errors import ConfigError
+from plateau_bench.records import TelemetrySample
 from plateau_bench.roofline.hardware import GpuSpec, find_gpu, gpu_for_device
 from plateau_bench.roofline.measured import (
     Ceilings,
@@ -60,7 +61,6 @@ from plateau_bench.roofline.measured import (
     render,
 )
 from plateau_bench.telemetry.gpu import open_nvml
-from plateau_bench.telemetry.samples import TelemetrySample
 
 DATA = Path(__file__).resolve().parent / "data"
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.level_run import HealthSample
+from plateau_bench.records import HealthSample
 from plateau_bench.result import ResultFile
 from plateau_bench.run_view import ReportRun
 from plateau_bench.store import (

@@ -16,21 +16,9 @@ from typing import Protocol
 
 import msgspec
 
-from plateau_bench.records import RequestRecord
+from plateau_bench.records import HealthSample, RequestRecord, TelemetrySample
 from plateau_bench.result import PromptUse, WorkerClock
 from plateau_bench.spec import LevelSpec
-from plateau_bench.telemetry.samples import TelemetrySample
-
-
-class HealthSample(msgspec.Struct, frozen=True, kw_only=True):
-    """One reading of the load generator's own health (``source: "client"`` in telemetry.jsonl)."""
-
-    t_ns: int
-    cpu_pct: float
-    loop_lag_ms: float
-    in_flight: int | None = None
-    source: str = "client"
-    worker: int | None = None   # which load process (``--workers``); None: the one in-process client
 
 
 class LevelRun(msgspec.Struct, kw_only=True):

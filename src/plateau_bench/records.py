@@ -6,9 +6,21 @@ are taken when the chunk's bytes were read, before any parsing.
 
 Records are produced identically by the HTTP driver and by the simulated engine, so every
 analysis runs unchanged on both. What the analysis makes of them is in ``plateau_bench.result``.
+
+Beside the requests, a level records samples taken while it ran, on the same clock:
+``TelemetrySample`` is what a server (its /metrics), a local GPU (NVML) or a DCGM exporter reported at
+one instant, with canonical quantities in ``values`` (the same keys for every engine, see
+``telemetry.engines.CANONICAL``) and engine-specific ones in ``raw``; ``HealthSample`` is the load
+generator's own health. Both are saved one JSON object per line in ``telemetry.jsonl`` and read back
+with ``samples_from_lines`` (a line that does not fit, such as a torn last one, is skipped), so
+``diagnose`` and ``report`` work on saved results as they do live.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import msgspec
 
@@ -64,3 +76,68 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     def token_mismatch(self) -> bool:
         """The usage report disagreed with the tokens streamed (``output_tokens`` is the latter)."""
         return self.usage_tokens is not None and self.usage_tokens != self.output_tokens
+
+
+SOURCE_SERVER = "server"   # the server's Prometheus /metrics (and its info endpoints)
+SOURCE_GPU = "gpu"         # local NVML readings
+
+
+class TelemetrySample(msgspec.Struct, frozen=True, kw_only=True):
+    """Quantities read at ``t_ns`` (ns since the level start)."""
+
+    t_ns: int
+    engine: str | None = None
+    source: str = SOURCE_SERVER
+    values: dict[str, float] = msgspec.field(default_factory=dict)
+    raw: dict[str, float] = msgspec.field(default_factory=dict)
+
+    def get(self, key: str) -> float | None:
+        """A canonical or raw quantity, or None when this sample lacks it."""
+        value = self.values.get(key)
+        return value if value is not None else self.raw.get(key)
+
+    def to_line(self) -> dict[str, Any]:
+        """The flat JSON object stored in telemetry.jsonl (the writer adds the level label).
+
+        Canonical values sit at the top level (``{"t_ns": ..., "running": 4.0, ...}``), which is
+        what readers of saved telemetry (the report's time series) look up; raw values are nested.
+        """
+        return {"source": self.source, "t_ns": self.t_ns, "engine": self.engine, **self.values,
+                "raw": self.raw}
+
+
+_RESERVED = frozenset({"attempt", "level", "source", "t_ns", "engine", "raw"})
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def samples_from_lines(lines: Iterable[Mapping[str, Any]], source: str = SOURCE_SERVER) -> list[TelemetrySample]:
+    """Rebuild samples of one source from saved telemetry lines, skipping lines that do not fit."""
+    out: list[TelemetrySample] = []
+    for line in lines:
+        if line.get("source", SOURCE_SERVER) != source:
+            continue
+        t_ns, raw = line.get("t_ns"), line.get("raw", {})
+        if not isinstance(t_ns, int | float) or not _is_number(t_ns) or not isinstance(raw, Mapping):
+            continue
+        engine = line.get("engine")
+        out.append(TelemetrySample(
+            t_ns=int(t_ns), engine=engine if isinstance(engine, str) else None, source=source,
+            values={k: float(v) for k, v in line.items() if k not in _RESERVED and _is_number(v)},
+            raw={str(k): float(v) for k, v in raw.items() if _is_number(v)},
+        ))
+    out.sort(key=lambda s: s.t_ns)
+    return out
+
+
+class HealthSample(msgspec.Struct, frozen=True, kw_only=True):
+    """One reading of the load generator's own health (``source: "client"`` in telemetry.jsonl)."""
+
+    t_ns: int
+    cpu_pct: float
+    loop_lag_ms: float
+    in_flight: int | None = None
+    source: str = "client"
+    worker: int | None = None   # which load process (``--workers``); None: the one in-process client

@@ -45,12 +45,10 @@ from typing import Any, Literal
 import msgspec
 
 from plateau_bench.errors import ConfigError, ResultsError
-from plateau_bench.level_run import HealthSample
-from plateau_bench.records import RequestRecord
+from plateau_bench.records import HealthSample, RequestRecord, TelemetrySample
 from plateau_bench.result import SCHEMA_VERSION, HostInfo, LevelResult, ResultFile, ToolInfo
 from plateau_bench.run_view import ReportRun, RunRecords
 from plateau_bench.store_migrate import migrate
-from plateau_bench.telemetry.samples import TelemetrySample
 
 RESULT_FILE = "result.json"
 REQUESTS_FILE = "requests.jsonl"

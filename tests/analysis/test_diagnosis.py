@@ -113,7 +113,7 @@ def test_the_load_generator_check_reads_the_busiest_of_several_processes() -> No
     # Two load processes: one idle, one saturated. The level's figures are the busiest process's, so the
     # check fires as it would on one process, and the advice is more processes, not --workers itself.
     from plateau_bench.analysis.health import summarize_health
-    from plateau_bench.level_run import HealthSample
+    from plateau_bench.records import HealthSample
 
     samples = [HealthSample(t_ns=t * 100_000_000, cpu_pct=cpu, loop_lag_ms=lag, in_flight=75, worker=w)
                for t in range(1, 30) for w, cpu, lag in ((0, 15.0, 0.5), (1, 98.0, 35.0))]

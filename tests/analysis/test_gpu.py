@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from plateau_bench.analysis.gpu import evidence_for, gpu_evidence, gpu_metrics, plateau_level
+from plateau_bench.records import SOURCE_GPU, TelemetrySample, samples_from_lines
 from plateau_bench.result import GpuMetrics, LevelResult
 from plateau_bench.telemetry.dcgm import node_raw, parse_dcgm
-from plateau_bench.telemetry.samples import SOURCE_GPU, TelemetrySample, samples_from_lines
 from plateau_bench.units import NS
 
 from support.builders import level_result

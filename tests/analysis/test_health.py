@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from plateau_bench.analysis.health import summarize_health, with_requests
-from plateau_bench.level_run import HealthSample
-from plateau_bench.records import RequestRecord
+from plateau_bench.records import HealthSample, RequestRecord
 
 from support.builders import request_record
 

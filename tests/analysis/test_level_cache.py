@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from plateau_bench.analysis.level import build_level
 from plateau_bench.level_run import LevelRun
-from plateau_bench.records import RequestRecord
+from plateau_bench.records import RequestRecord, TelemetrySample
 from plateau_bench.spec import LevelSpec
-from plateau_bench.telemetry.samples import TelemetrySample
 
 S = 1_000_000_000
 

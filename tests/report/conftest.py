@@ -17,11 +17,10 @@ from typing import Any
 import pytest
 
 from plateau_bench.analysis.metrics import compute_level
-from plateau_bench.records import RequestRecord
+from plateau_bench.records import RequestRecord, TelemetrySample
 from plateau_bench.result import Knee, LevelResult, Plateau, ResultFile, RunSpec, TargetPublic, TwinInfo, Verdict
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.store import ResultWriter
-from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.units import NS
 
 MS = 1_000_000

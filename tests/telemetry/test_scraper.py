@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from plateau_bench.errors import ScrapeError
-from plateau_bench.telemetry.samples import TelemetrySample
+from plateau_bench.records import TelemetrySample
 from plateau_bench.telemetry.scraper import TelemetryScraper, default_metrics_url, info_endpoints
 
 from telemetry_support import MetricsPlan, MetricsServer, free_port, golden, golden_json

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from plateau_bench.records import SOURCE_GPU, TelemetrySample, samples_from_lines
 from plateau_bench.result import ResultFile
 from plateau_bench.store import ResultWriter, load_telemetry
-from plateau_bench.telemetry.samples import SOURCE_GPU, TelemetrySample, samples_from_lines
 
 
 def test_round_trip_through_a_result_directory(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plateau_bench.telemetry.samples import TelemetrySample
+from plateau_bench.records import TelemetrySample
 from plateau_bench.telemetry.summary import (
     counter_delta,
     gauge_stats,

@@ -45,8 +45,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from plateau_bench.records import TelemetrySample
 from plateau_bench.result import GpuMetrics, LevelResult
-from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.telemetry.summary import gauge_stats, series
 
 SM_BUSY = 0.80
@@ -60,7 +60,7 @@ UNEVEN = 0.25
 PLATEAU_BAND = 0.05
 
 SOURCE_DCGM = "dcgm"   # telemetry.dcgm.SOURCE_DCGM (that module does I/O; analysis does not import it)
-SOURCE_NVML = "gpu"    # telemetry.samples.SOURCE_GPU: local NVML readings, with DCGM's quantity names
+SOURCE_NVML = "gpu"    # records.SOURCE_GPU: local NVML readings, with DCGM's quantity names
 
 _PER_GPU = re.compile(r"gpu([A-Za-z0-9]+)_([a-z_]+)")
 _RATIOS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")

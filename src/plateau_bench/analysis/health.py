@@ -21,8 +21,7 @@ import msgspec
 import numpy as np
 
 from plateau_bench.analysis.stats import summarize
-from plateau_bench.level_run import HealthSample
-from plateau_bench.records import RequestRecord
+from plateau_bench.records import HealthSample, RequestRecord
 from plateau_bench.result import ClientHealth, WorkerHealth
 
 _NS_PER_MS = 1e6

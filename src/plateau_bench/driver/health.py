@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 import psutil
 
-from plateau_bench.level_run import HealthSample
+from plateau_bench.records import HealthSample
 
 BURN_TICK_S = 0.02
 

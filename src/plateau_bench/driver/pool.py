@@ -54,8 +54,7 @@ from plateau_bench.driver.wire import (
     read_frame,
 )
 from plateau_bench.errors import ErrorClass
-from plateau_bench.level_run import HealthSample
-from plateau_bench.records import RequestRecord
+from plateau_bench.records import HealthSample, RequestRecord
 from plateau_bench.result import WorkerClock
 from plateau_bench.result_parts import PromptUse
 from plateau_bench.spec import LevelSpec, TargetSpec

@@ -19,8 +19,7 @@ import struct
 import msgspec
 
 from plateau_bench.driver.split import WorkerLevel
-from plateau_bench.level_run import HealthSample
-from plateau_bench.records import RequestRecord
+from plateau_bench.records import HealthSample, RequestRecord
 from plateau_bench.result_parts import PromptUse
 from plateau_bench.spec import TargetSpec
 from plateau_bench.workload.feed import CHUNK, LevelKey

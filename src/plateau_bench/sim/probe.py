@@ -18,7 +18,7 @@ usage, preemptions, token counters) every ``sample_s`` of virtual time, as a scr
 holds one batch, so every sample inside it sees that batch), the counters as of the last committed
 step, and the cumulative shares up to that instant. ``window`` turns two
 points of that series into shares over a window; ``server_samples`` turns it into the samples a
-``/metrics`` scrape of vLLM would give (``telemetry.samples.TelemetrySample``), so a level run in
+``/metrics`` scrape of vLLM would give (``records.TelemetrySample``), so a level run in
 virtual time can carry server telemetry.
 
 Cost: with no probe attached the engine pays one attribute test per committed step, and nothing it
@@ -31,8 +31,8 @@ import itertools
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
+from plateau_bench.records import TelemetrySample
 from plateau_bench.sim.request import StepPlan
-from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.units import NS
 
 REASONS = ("none", "cap", "kv", "budget", "preempted")

@@ -21,13 +21,12 @@ import msgspec
 import numpy as np
 
 from plateau_bench.level_run import LevelRun, StopRule
-from plateau_bench.records import RequestRecord
+from plateau_bench.records import RequestRecord, TelemetrySample
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.level import simulate_level
 from plateau_bench.sim.probe import Probe, server_samples
 from plateau_bench.sim.trace_keys import trace_block_keys
 from plateau_bench.spec import LevelSpec, WorkloadSpec
-from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.units import NS
 from plateau_bench.workload.trace import load_trace
 

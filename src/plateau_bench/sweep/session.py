@@ -22,8 +22,9 @@ from plateau_bench.driver.sessions import SessionPool
 from plateau_bench.driver.split import usable_cores
 from plateau_bench.driver.target import TargetInfo, discover, tokenize_remote, wait_ready
 from plateau_bench.errors import ConfigError
-from plateau_bench.level_run import HealthSample, LevelRun
+from plateau_bench.level_run import LevelRun
 from plateau_bench.progress import LevelProgress
+from plateau_bench.records import HealthSample, TelemetrySample
 from plateau_bench.result import (
     LevelResult,
     ResultFile,
@@ -51,7 +52,6 @@ from plateau_bench.store import (
 from plateau_bench.sweep.job import Job, Placement
 from plateau_bench.sweep.loop import SweepObserver, SweepState, conclude, run_sweep, stop_rule_for
 from plateau_bench.sweep.plan import Plan, PlanDefaults, Step, SweepLimits
-from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.telemetry.scraper import default_metrics_url
 from plateau_bench.workload.feed import CHUNK
 from plateau_bench.workload.prompts import synthesize

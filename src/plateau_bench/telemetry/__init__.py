@@ -7,6 +7,7 @@
 * ``DcgmPoller`` reads NVIDIA DCGM exporters (``/metrics``, one per node); ``parse_dcgm`` one page.
 """
 
+from plateau_bench.records import SOURCE_GPU, SOURCE_SERVER, TelemetrySample, samples_from_lines
 from plateau_bench.telemetry.dcgm import (
     DEFAULT_DCGM_INTERVAL_S,
     SOURCE_DCGM,
@@ -28,7 +29,6 @@ from plateau_bench.telemetry.engines import (
 )
 from plateau_bench.telemetry.exposition import parse_exposition, prefilter
 from plateau_bench.telemetry.gpu import NVML_UNAVAILABLE, GpuPoller, GpuReading, NvmlSampler, open_nvml
-from plateau_bench.telemetry.samples import SOURCE_GPU, SOURCE_SERVER, TelemetrySample, samples_from_lines
 from plateau_bench.telemetry.scraper import (
     DEFAULT_INTERVAL_S,
     TelemetryScraper,

@@ -58,8 +58,8 @@ from urllib.parse import unquote, urlsplit
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
+from plateau_bench.records import TelemetrySample
 from plateau_bench.redaction import REDACTED, redact_url, split_userinfo
-from plateau_bench.telemetry.samples import TelemetrySample
 
 SOURCE_DCGM = "dcgm"
 DEFAULT_DCGM_INTERVAL_S = 1.0

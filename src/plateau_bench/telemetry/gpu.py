@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from plateau_bench.telemetry.samples import SOURCE_GPU, TelemetrySample
+from plateau_bench.records import SOURCE_GPU, TelemetrySample
 
 NVML_UNAVAILABLE = "NVML not available: no local GPU telemetry"
 GIB = 1024**3

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from plateau_bench.errors import ScrapeError
+from plateau_bench.records import TelemetrySample
 from plateau_bench.redaction import redact, redact_url
 from plateau_bench.telemetry.engines import (
     CANONICAL,
@@ -47,7 +48,6 @@ from plateau_bench.telemetry.engines import (
     info_values,
 )
 from plateau_bench.telemetry.exposition import engine_names_present, parse_exposition
-from plateau_bench.telemetry.samples import TelemetrySample
 
 DEFAULT_INTERVAL_S = 0.5
 DEFAULT_TIMEOUT_S = 2.0

@@ -34,8 +34,8 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from plateau_bench.records import TelemetrySample
 from plateau_bench.telemetry.engines import kind_of
-from plateau_bench.telemetry.samples import TelemetrySample
 from plateau_bench.units import NS
 
 Point = tuple[int, float]

@@ -1,26 +1,24 @@
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
-import typer
 from rich.console import Console
 
 from plateau_bench.analysis.compare import RunData, compare_runs
 from plateau_bench.analysis.slo import parse_slo
-from plateau_bench.commands import compare
 from plateau_bench.commands.compare import load_run
-from plateau_bench.errors import PlateauError
 from plateau_bench.records import RequestRecord
 from plateau_bench.report.compare import comparison_lines, comparison_table, display_levels
 from plateau_bench.result import Latency, LevelResult, ResultFile, RunSpec, TargetPublic
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.store import ResultWriter, load_result, run_names
+
+from support.loading import plateau
 
 GRID = (1, 2, 4, 8, 12, 16, 24, 32, 64, 128, 256)
 MS = 1_000_000
@@ -60,35 +58,9 @@ def two_runs(tmp_path: Path) -> tuple[Path, Path]:
             write_run(tmp_path / "runs" / "tp8ep", saturating(4100, 56)))
 
 
-def compare_app() -> typer.Typer:
-    """The compare command on its own, as ``plateau`` registers it."""
-    app = typer.Typer()
-
-    @app.callback()
-    def _root() -> None:
-        pass
-
-    compare.register(app)
-    return app
-
-
-def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """``plateau compare ...``: the exit code and output, errors as the CLI reports them (one line, code 2)."""
-    code = 0
-    try:
-        compare_app()(args=argv, prog_name="plateau", standalone_mode=True)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    except PlateauError as exc:
-        print(f"plateau: error: {exc}", file=sys.stderr)
-        code = 2
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_compare_prints_table_and_crossover(two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     a, b = two_runs
-    code, out, _ = run_cli(["compare", str(a), str(b)], capsys)
+    code, out, _ = plateau(["compare", str(a), str(b)], capsys)
     assert code == 0
     assert "tp4" in out and "tp8ep" in out and "plateau" in out
     assert "Crossover: tp8ep overtakes tp4 at C~" in out
@@ -96,7 +68,7 @@ def test_compare_prints_table_and_crossover(two_runs: tuple[Path, Path], capsys:
 
 def test_compare_with_slo_cost_and_users(two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     a, b = two_runs
-    code, out, _ = run_cli(["compare", str(a), str(b), "--slo", "ttft_p99=2s", "--slo", "tpot_p99=50ms,e2e_p99=30s",
+    code, out, _ = plateau(["compare", str(a), str(b), "--slo", "ttft_p99=2s", "--slo", "tpot_p99=50ms,e2e_p99=30s",
                             "--gpu-cost", "2.50", "--gpus", "4,8", "--response-tokens", "512",
                             "--target-latency", "30s", "--name", "four", "--name", "eight"], capsys)
     assert code == 0
@@ -109,7 +81,7 @@ def test_compare_with_slo_cost_and_users(two_runs: tuple[Path, Path], capsys: py
 def test_compare_json_matches_the_pure_function(two_runs: tuple[Path, Path],
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     a, b = two_runs
-    code, out, _ = run_cli(["compare", str(a), str(b), "--slo", "ttft_p99=2s", "--json"], capsys)
+    code, out, _ = plateau(["compare", str(a), str(b), "--slo", "ttft_p99=2s", "--json"], capsys)
     assert code == 0
     data = json.loads(out)
     runs = [load_run(a, "tp4", with_requests=True), load_run(b, "tp8ep", with_requests=True)]
@@ -163,7 +135,7 @@ def test_compare_json_keys_are_exactly_the_documented_ones(tmp_path: Path,
     # A plateauing run and one that overtakes it: every optional block is filled in.
     flat = write_run(tmp_path / "flat", saturating(2000, 10))
     rising = write_run(tmp_path / "rising", saturating(2700, 30))
-    code, out, err = run_cli(["compare", str(flat), str(rising), "--slo", "ttft_p99=1s", "--gpu-cost", "3",
+    code, out, err = plateau(["compare", str(flat), str(rising), "--slo", "ttft_p99=1s", "--gpu-cost", "3",
                               "--gpus", "2,4", "--response-tokens", "256", "--target-latency", "12s", "--json"],
                              capsys)
     assert code == 0, err
@@ -191,7 +163,7 @@ def test_table_shows_the_chosen_levels_plateau_and_knee(tmp_path: Path) -> None:
 def test_workload_difference_is_warned(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a = write_run(tmp_path / "a", saturating(2000, 10), with_requests=False)
     b = write_run(tmp_path / "b", saturating(3000, 20), output_len=128, with_requests=False)
-    code, out, _ = run_cli(["compare", str(a), str(b)], capsys)
+    code, out, _ = plateau(["compare", str(a), str(b)], capsys)
     assert code == 0
     assert "Warning: the workloads differ in output_len (a=512, b=128)" in out
 
@@ -211,18 +183,18 @@ def test_names_default_to_directories_and_disambiguate(tmp_path: Path) -> None:
 def test_bad_input_is_one_line(two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str],
                                extra: list[str], fragment: str) -> None:
     a, b = two_runs
-    code, _, err = run_cli(["compare", str(a), str(b), *extra], capsys)
+    code, _, err = plateau(["compare", str(a), str(b), *extra], capsys)
     assert code == 2
     assert err.count("\n") == 1 and fragment in err
 
 
 def test_one_run_is_refused(two_runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run_cli(["compare", str(two_runs[0])], capsys)
+    code, _, err = plateau(["compare", str(two_runs[0])], capsys)
     assert code == 2 and "a compare needs at least two runs" in err
 
 
 def test_missing_directory_is_a_results_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run_cli(["compare", str(tmp_path / "nope"), str(tmp_path / "nada")], capsys)
+    code, _, err = plateau(["compare", str(tmp_path / "nope"), str(tmp_path / "nada")], capsys)
     assert code == 2 and "no results in" in err
 
 
@@ -329,19 +301,14 @@ SEED_GRID = "1,2,4,8,12,16,24,32,64,128,256,512,1024"
 
 def test_twin_presets_reproduce_the_reference_crossover(tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    from plateau_bench.cli import main  # the whole CLI: `plateau sim` writes the runs
-
     dirs = []
     for preset in REFERENCE:
         run_dir = tmp_path / preset
-        try:
-            main(["sim", "--preset", preset, "--mode", "burst", "--concurrency", SEED_GRID, "--output-len", "512",
-                  "--out", str(run_dir)])
-        except SystemExit as exc:
-            assert not exc.code, capsys.readouterr().err
+        code, _, err = plateau(["sim", "--preset", preset, "--mode", "burst", "--concurrency", SEED_GRID,
+                                "--output-len", "512", "--out", str(run_dir)], capsys)
+        assert code == 0, err
         dirs.append(run_dir)
-    capsys.readouterr()
-    code, out, err = run_cli(["compare", *map(str, dirs), "--name", "tp4", "--name", "tp8ep", "--json"], capsys)
+    code, out, err = plateau(["compare", *map(str, dirs), "--name", "tp4", "--name", "tp8ep", "--json"], capsys)
     assert code == 0, err
     data = json.loads(out)
     for run, reference in zip(data["runs"], REFERENCE.values(), strict=True):

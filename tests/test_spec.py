@@ -8,7 +8,15 @@ from hypothesis import strategies as st
 
 from plateau_bench.errors import ConfigError
 from plateau_bench.redaction import is_secret_header, redact_url
-from plateau_bench.spec import MAX_CONCURRENCY, LevelSpec, TargetSpec, parse_duration, parse_float_list, parse_int_list
+from plateau_bench.spec import (
+    MAX_CONCURRENCY,
+    MAX_DURATION_S,
+    LevelSpec,
+    TargetSpec,
+    parse_duration,
+    parse_float_list,
+    parse_int_list,
+)
 
 # --- numbers --------------------------------------------------------------------------------------
 
@@ -41,6 +49,13 @@ def test_the_flag_is_named_in_one_line(flag: str, text: str) -> None:
     assert "\n" not in message
 
 
+@pytest.mark.parametrize("text", ["1e300s", "1e300", "9000h", "600000m"])
+def test_durations_beyond_a_year_are_refused(text: str) -> None:
+    """1e300 s once reached a nanosecond conversion and overflowed with a traceback."""
+    with pytest.raises(ConfigError, match=r"^--duration '.*' is more than a year"):
+        parse_duration(text, "--duration")
+
+
 def test_good_durations() -> None:
     assert parse_duration("90") == 90.0
     assert parse_duration(" 1.5m ") == 90.0
@@ -57,7 +72,7 @@ def test_parse_duration_returns_a_positive_finite_number_or_refuses(value: float
     except ConfigError as exc:
         assert "\n" not in str(exc)
     else:
-        assert got > 0 and got == value
+        assert 0 < got == value <= MAX_DURATION_S
 
 
 @pytest.mark.parametrize("text", ["1,nan", "inf", "2,-inf,3", "1e400"])

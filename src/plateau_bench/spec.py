@@ -28,6 +28,8 @@ Endpoint = Literal["completions", "chat"]
 
 # More connections than this is a typo, not a benchmark: refused before anything is allocated.
 MAX_CONCURRENCY = 1_000_000
+# Every time is kept in integer nanoseconds: a duration beyond a year is a typo, and 1e300 s overflows.
+MAX_DURATION_S = 365 * 86400.0
 
 
 DEFAULT_SESSION_HEADER = "X-Session-ID"
@@ -312,6 +314,9 @@ def parse_duration(text: str, flag: str | None = None) -> float:
         raise ConfigError(f"{what} must be a finite number of seconds (got {text!r})")
     if value <= 0:
         raise ConfigError(f"{what} must be positive (got {text!r})")
+    if value > MAX_DURATION_S:
+        raise ConfigError(f"{what} {text!r} is more than a year: give at most {MAX_DURATION_S / 86400:.0f} days "
+                          "(e.g. 8760h)")
     return value
 
 

@@ -14,6 +14,7 @@ from plateau_bench.run_view import ReportRun
 from plateau_bench.store import (
     ResultWriter,
     attempts_on_disk,
+    cut_torn_line,
     kept_attempts,
     load_requests,
     load_result,
@@ -31,6 +32,31 @@ def test_an_existing_result_directory_is_refused_unless_asked(tmp_path: Path) ->
         ResultWriter(tmp_path, ResultFile(kind="run"))
     with ResultWriter(tmp_path, ResultFile(kind="run"), existing="overwrite"):
         pass
+
+
+def test_a_resume_after_a_torn_last_line_appends_on_a_line_of_its_own(tmp_path: Path) -> None:
+    """A crash or a full disk mid-write leaves half a record; resuming cuts it rather than gluing the next
+    record onto it (which made one level lose a readable record)."""
+    with ResultWriter(tmp_path, ResultFile(kind="sweep")) as writer:
+        writer.add_requests("C=2", [request_record(i, end_ns=10, output_tokens=1) for i in range(2)])
+    requests = tmp_path / "requests.jsonl"
+    whole = requests.read_bytes()
+    requests.write_bytes(whole + whole.splitlines(keepends=True)[0][:25])   # half a third record
+    with ResultWriter(tmp_path, ResultFile(kind="sweep"), existing="resume") as writer:
+        writer.add_request("C=4", request_record(0, end_ns=10, output_tokens=1))
+    assert requests.read_bytes().startswith(whole)
+    assert [len(v) for v in load_requests(tmp_path).values()] == [2, 1]
+    assert all(line.startswith(b"{") for line in requests.read_bytes().splitlines())
+
+
+def test_cutting_a_torn_line_keeps_whole_lines(tmp_path: Path) -> None:
+    path = tmp_path / "f.jsonl"
+    assert cut_torn_line(path) == 0   # no file yet
+    path.write_bytes(b'{"a": 1}\n{"b"')
+    assert cut_torn_line(path) == 4 and path.read_bytes() == b'{"a": 1}\n'
+    assert cut_torn_line(path) == 0 and path.read_bytes() == b'{"a": 1}\n'
+    path.write_bytes(b"x" * 200_000)   # no newline at all: nothing whole to keep
+    assert cut_torn_line(path) == 200_000 and path.read_bytes() == b""
 
 
 def test_only_the_kept_attempt_counts(tmp_path: Path) -> None:

@@ -113,6 +113,34 @@ def _prepare_dir(directory: Path, existing: Existing) -> None:
         raise ConfigError(f"cannot write to output directory {directory}: {exc.strerror or exc}") from None
 
 
+def cut_torn_line(path: Path) -> int:
+    """Cut a last line that was never finished (a crash or a full disk mid-write), so that what is appended
+    next starts a line of its own; the bytes cut (0 when the file ends in a newline or does not exist).
+    Its record was never complete: the level it belonged to is measured again on resume."""
+    try:
+        with open(path, "rb+") as fh:
+            size = fh.seek(0, 2)
+            if size == 0:
+                return 0
+            end = size
+            while end > 0:
+                step = min(65536, end)
+                fh.seek(end - step)
+                block = fh.read(step)
+                if end == size and block.endswith(b"\n"):
+                    return 0
+                newline = block.rfind(b"\n")
+                if newline >= 0:
+                    keep = end - step + newline + 1
+                    fh.truncate(keep)
+                    return size - keep
+                end -= step
+            fh.truncate(0)
+            return size
+    except FileNotFoundError:
+        return 0
+
+
 class ResultWriter:
     """Owns one result directory while a run, sweep or simulation is in progress.
 
@@ -129,6 +157,9 @@ class ResultWriter:
             self.result.created = previous.created or self.result.created
         mode = "ab" if existing == "resume" else "wb"
         try:
+            if existing == "resume":
+                for name in (REQUESTS_FILE, TELEMETRY_FILE):
+                    cut_torn_line(self.dir / name)
             self._requests = open(self.dir / REQUESTS_FILE, mode)  # noqa: SIM115 - kept open for the run
             self._telemetry = open(self.dir / TELEMETRY_FILE, mode)  # noqa: SIM115
         except OSError as exc:

@@ -133,7 +133,16 @@ def test_url_credentials_and_another_authorization_are_refused(
 def test_bad_workers_is_one_line(bad: str) -> None:
     with pytest.raises(ConfigError, match="--workers"):
         o.parse_workers(bad)
-    assert o.parse_workers(" Auto ") == "auto" and o.parse_workers("3") == 3 and o.parse_workers(None) is None
+    assert o.parse_workers(" Auto ") == "auto" and o.parse_workers("1") == 1 and o.parse_workers(None) is None
+
+
+def test_workers_far_beyond_the_cores_are_refused_and_beyond_them_named(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match=r"^--workers 1000 is more than 8 load processes per core on this "
+                                          r"machine's 2 usable core\(s\): give at most 16"):
+        o.parse_workers("1000", cores=2)
+    assert o.parse_workers("16", cores=2) == 16
+    assert "--workers 16 on 2 usable core(s): the processes share the cores" in capsys.readouterr().err
+    assert o.parse_workers("2", cores=2) == 2 and capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize(("args", "fragment"), [

@@ -107,7 +107,7 @@ ConfigFile = Annotated[Path | None, typer.Option(
 PrintConfig = Annotated[bool, typer.Option(
     "--print-config", help="Print the flags given (file and command line) as a config file, and exit.",
     rich_help_panel=CONFIG)]
-Json = Annotated[bool, typer.Option("--json", help="Print the machine summary (JSON) only.",
+Json = Annotated[bool, typer.Option("--json", help="Print the result as JSON only (for scripts).",
                                     rich_help_panel=OUTPUT)]
 Workers = Annotated[str | None, typer.Option(
     "--workers", metavar="N|auto",
@@ -295,10 +295,15 @@ def gpu_metrics_urls(urls: list[str] | None) -> list[str]:
 
 
 MAX_WORKERS = 1024
+OVERSUBSCRIBED = 8   # load processes per usable core beyond which --workers is refused
 
 
-def parse_workers(text: str | None) -> int | str | None:
-    """``--workers``: None (one process, as always), ``"auto"`` or a count >= 1 (ConfigError otherwise)."""
+def parse_workers(text: str | None, cores: int | None = None) -> int | str | None:
+    """``--workers``: None (one process, as always), ``"auto"`` or a count >= 1 (ConfigError otherwise).
+
+    More processes than this machine's usable ``cores`` share them (a warning on stderr: each process's
+    event loop then waits for a core, which the verdict would see as a load-generator limit); more than
+    ``OVERSUBSCRIBED`` per core is refused."""
     if text is None:
         return None
     value = text.strip().lower()
@@ -310,6 +315,17 @@ def parse_workers(text: str | None) -> int | str | None:
         raise ConfigError(f"--workers must be a number of processes or 'auto' (got {text!r})") from None
     if not 1 <= count <= MAX_WORKERS:
         raise ConfigError(f"--workers must be between 1 and {MAX_WORKERS} (got {count})")
+    if cores is None:
+        from plateau_bench.driver.split import usable_cores
+
+        cores = usable_cores()
+    if count > OVERSUBSCRIBED * cores:
+        raise ConfigError(f"--workers {count} is more than {OVERSUBSCRIBED} load processes per core on this "
+                          f"machine's {cores} usable core(s): give at most {OVERSUBSCRIBED * cores}, or auto "
+                          "(or --ray to spread the load over several machines)")
+    if count > cores:
+        typer.echo(f"plateau: --workers {count} on {cores} usable core(s): the processes share the cores, and "
+                   "a level they cannot drive is named as load-generator bound", err=True)
     return count
 
 

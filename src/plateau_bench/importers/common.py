@@ -34,6 +34,7 @@ import msgspec
 
 from plateau_bench.analysis.metrics import Window, compute_level
 from plateau_bench.errors import ConfigError, ErrorClass
+from plateau_bench.importers.checks import check_records, check_summary
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import Latency, LevelResult
 
@@ -278,6 +279,7 @@ def records_level(records: Sequence[RequestRecord], *, label: str, mode: str, co
     """
     if not records:
         raise ConfigError(f"{source}: no requests to import")
+    check_records(records, source, concurrency)
     level = compute_level(records, label=label, mode=mode, concurrency=concurrency,
                           rate=None if rate is None or math.isinf(rate) else rate, window=window)
     level.notes = [f"{SOURCE_PREFIX}{source} (per-request records: metrics recomputed)", *notes]
@@ -405,6 +407,7 @@ _MISSING_FIELDS = (("output_throughput", "output tok/s"), ("total_throughput", "
 
 def summary_level(s: Summary, source: str) -> ImportedLevel:
     """A level from the figures a source states, plus what follows from them (module docstring)."""
+    check_summary(s, source)
     _counts(s)
     if s.duration_s is None and s.wall_s is not None:
         s.duration_s = s.wall_s

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from plateau_bench.importers.checks import plausible
 from plateau_bench.importers.common import (
     TOKEN_SOURCE_IMPORTED,
     Where,
@@ -51,6 +52,15 @@ def _gaps(o: dict[str, Any], n: int, where: Where) -> list[list[float]]:
             raise where.fail(f"field 'itls' entry {i} is not a list of numbers")
         out.append([float(g) for g in gaps])
     return out
+
+
+def _no_negative_times(where: Where, **lists: list[float]) -> None:
+    """A request's times and counts go forward: a negative TTFT, gap or latency is refused, not read as
+    "no token" (the tools write 0 for a request that streamed none)."""
+    for key, values in lists.items():
+        bad = next(((i, v) for i, v in enumerate(values) if v < 0 or not plausible(v)), None)
+        if bad is not None:
+            raise where.fail(f"field '{key}' entry {bad[0]} is {bad[1]:g}: it must be a finite number >= 0")
 
 
 def _same_length(o: dict[str, Any], key: str, n: int, where: Where) -> list[float] | None:
@@ -104,6 +114,8 @@ def detailed_records(o: dict[str, Any], where: Where, *, all_at_once: bool,
     lats = _same_length(o, "latencies", n, where)
     queued = _same_length(o, "queue_times", n, where)
     errors = _errors(o, n, where)
+    _no_negative_times(where, ttfts=ttfts, latencies=lats or [], queue_times=queued or [],
+                       itls=[g for request in gaps for g in request], output_lens=outs, input_lens=ins)
     notes: list[str] = []
     if starts is None:
         if not all_at_once:

@@ -99,7 +99,11 @@ def summary_sentence(levels: Sequence[LevelResult], plateau: Plateau | None, kne
     if plateau is None or not plateau.throughput:
         if not levels:
             return "No levels measured."
-        best = max(levels, key=lambda lv: lv.output_throughput)
+        counted = [lv for lv in levels if not lv.level_failed and lv.completed]   # a failed level's tok/s is not
+        if not counted:                                                           # what the server serves
+            which = "the one level" if len(levels) == 1 else f"all {len(levels)} levels"
+            return f"No level counts: {which} failed, so no throughput is claimed."
+        best = max(counted, key=lambda lv: lv.output_throughput)
         return (f"No plateau yet: throughput still grows (best {best.output_throughput:,.0f} tok/s at "
                 f"{level_key(best)}).")
     text = f"Plateau: ~{plateau.throughput:,.0f} tok/s from C={plateau.concurrency}"

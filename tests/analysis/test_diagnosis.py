@@ -184,6 +184,21 @@ def test_errors_name_the_statuses_they_saw(errors: dict[str, int], named: str) -
         assert "HTTP statuses: 503 x8, 500 x2 (503: the server is overloaded and says so)" in v.evidence
 
 
+@pytest.mark.parametrize(("errors", "headline", "advice"), [
+    ({"protocol": 6}, "errors from C=16", "answers are malformed or break off from C=16"),
+    ({"http_4xx": 6}, "errors from C=16", "refuses the requests themselves (4xx)"),
+    ({"http_5xx": 6}, "errors from C=16 (5xx)", "fails requests under load (5xx) from C=16"),
+    ({"connect": 6}, "errors from C=16 (refused connections)", "connection and backlog limits"),
+])
+def test_the_advice_fits_the_failure_class(errors: dict[str, int], headline: str, advice: str) -> None:
+    """Rate limits are advice for 429s; a protocol error or a 4xx is not cured by them."""
+    levels = [level(c, 100.0 * c, dec=c, peak=c, ttft=30, tpot=10) for c in (1, 2, 4, 8)]
+    levels += [level(c, 900.0, dec=8, peak=8, ttft=30, tpot=10, failed=6, errors=errors) for c in (16, 32)]
+    v = diagnose(levels)
+    assert v.constraint == "errors" and v.headline == headline
+    assert advice in v.suggestions[0] and not any("rate limit" in s for s in v.suggestions)
+
+
 def test_not_saturated_keeps_going() -> None:
     v = diagnose([level(c, 100.0 * c, dec=c, peak=c, ttft=30, tpot=10) for c in (1, 2, 4, 8)])
     assert v.constraint == "not_saturated"

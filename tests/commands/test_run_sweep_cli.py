@@ -110,7 +110,8 @@ def test_a_level_without_one_successful_request_exits_1_and_says_why(cli: Cli, t
                      "--output-len", "4", "--quiet")
     assert result.exit_code == 1, result.output
     assert "0/6 ok (6 err)" in result.output and "http_5xx 6" in result.output
-    assert "Verdict: errors / rate limiting" in result.output
+    assert "Verdict: errors from" in result.output and "rate limit" not in result.output
+    assert "the server fails requests under load (5xx)" in result.output
 
 
 @pytest.mark.slow

@@ -180,7 +180,8 @@ def errors(levels: Sequence[LevelResult]) -> Verdict | None:
     kinds = {k for lv in bad for k in lv.errors}
     named = ", ".join(n for k, n in (("http_429", "429 rate limited"), ("http_5xx", "5xx"), ("timeout", "timeouts"),
                                      ("connect", "refused connections")) if k in kinds)
-    what = "requests hang" if first.dominant_error == "hung" else "errors / rate limiting"
+    what = ("requests hang" if first.dominant_error == "hung" else "errors / rate limiting" if "http_429" in kinds
+            else "errors")
     statuses: Counter[str] = Counter()
     for lv in bad:
         statuses.update(lv.http_statuses)
@@ -190,17 +191,36 @@ def errors(levels: Sequence[LevelResult]) -> Verdict | None:
     retry = max((lv.retry_after_s_max for lv in bad if lv.retry_after_s_max is not None), default=None)
     if retry is not None:
         ev.append(f"the server asked clients to retry after up to {retry:g} s (Retry-After)")
-    suggestions = ["check the server log for the rejected or unanswered requests"]
-    if "http_429" in kinds:
-        suggestions.insert(0, f"the server (or a gateway before it) rejects load above its limit: raise the rate or "
-                              f"queue limit, or keep concurrency below {at(first)}")
-    elif "timeout" in kinds:
-        suggestions.insert(0, f"requests outlive the client's timeout from {at(first)}: raise --timeout or keep "
-                              "concurrency lower (queueing, not failing, is the server's limit)")
-    else:
-        suggestions.insert(0, f"raise the server's queue or rate limits, or keep concurrency below {at(first)}")
+    suggestions = [_advice(kinds, first, at(first)), "check the server log for the rejected or unanswered requests"]
     return Verdict(
         "errors", f"{what} from {at(first)}" + (f" ({named})" if named else "")
         + (f"; {hung} hung" if hung and first.dominant_error != "hung" else ""),
         "high" if len(bad) >= 2 or bool(kinds & {"http_429", "http_5xx"}) or first.failed / first.num_requests >= 0.5
         else "medium", ev, suggestions=suggestions)
+
+
+def _advice(kinds: set[str], first: LevelResult, where: str) -> str:
+    """What to do about the failures, by their class (a protocol error is not cured by rate limits)."""
+    dominant = first.dominant_error or ""
+    if "http_429" in kinds:
+        return (f"the server (or a gateway before it) rejects load above its limit: raise the rate or queue limit, "
+                f"or keep concurrency below {where}")
+    if "timeout" in kinds:
+        return (f"requests outlive the client's timeout from {where}: raise --timeout or keep concurrency lower "
+                "(queueing, not failing, is the server's limit)")
+    advice = {
+        "http_5xx": f"the server fails requests under load (5xx) from {where}: its log says why (out of memory, a "
+                    f"crashed worker); keep concurrency below {where}",
+        "http_4xx": "the server refuses the requests themselves (4xx): check the model name, the endpoint, the "
+                    "lengths against its context and the credentials; load does not cause these",
+        "protocol": f"the server's answers are malformed or break off from {where}: check its log and any proxy in "
+                    "between (response buffering, idle timeouts)",
+        "truncated": f"streams end before their last token from {where}: check the server's log and any proxy's "
+                     "idle or size limits",
+        "server_error_event": f"the server reports errors inside its streams from {where}: its log says which",
+        "connect": f"connections are refused or reset from {where}: raise the server's (or its proxy's) connection "
+                   f"and backlog limits, or keep concurrency below {where}",
+        "hung": f"requests are accepted and never answered from {where}: look for a stalled scheduler in the "
+                f"server's log; keep concurrency below {where}",
+    }
+    return advice.get(dominant, f"raise the server's queue or rate limits, or keep concurrency below {where}")

@@ -266,6 +266,18 @@ def test_a_complete_stream_may_carry_several_tokens_per_chunk() -> None:
     assert acc.counts(None) == (8, [5, 3], TOKEN_SOURCE_USAGE, None)
 
 
+def test_a_usage_claim_above_max_tokens_is_refuted_by_the_request() -> None:
+    """A complete stream claiming 20 tokens of a request allowed 8 generated (ignore_eos) the 8 it asked for;
+    an incomplete one what it shows, never more than 8. The claim is kept as usage_tokens either way."""
+    done = StreamAccumulator()
+    done.feed(completion("a b ") + finish("c ") + usage_event(4, 20), 1)
+    assert done.counts(None, max_tokens=8) == (8, [5, 3], TOKEN_SOURCE_ESTIMATE, 20)
+    assert done.counts(None, max_tokens=32) == (20, [13, 7], TOKEN_SOURCE_USAGE, None)   # within what was allowed
+    cut = StreamAccumulator()
+    cut.feed(completion("a b ") + completion("c ") + usage_event(4, 20), 1)
+    assert cut.counts(lambda text: len(text.split()), max_tokens=8) == (3, [2, 1], TOKEN_SOURCE_TOKENIZER, 20)
+
+
 def test_without_usage_the_tokenizer_counts_all_text() -> None:
     acc = StreamAccumulator()
     acc.feed(completion("ab ") + completion("cd ef ") + chat({"reasoning_content": "gh "}), 1)

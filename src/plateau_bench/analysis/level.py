@@ -83,6 +83,10 @@ def _notes(run: LevelRun, result: LevelResult) -> list[str]:
     if result.hung:
         notes.append(f"{result.hung} request(s) still unanswered after the level's grace period: counted as "
                      "hung failures")
+    if result.token_mismatches:
+        notes.append(f"{result.token_mismatches} request(s) had a usage report claiming more output tokens than "
+                     "they streamed or than max_tokens allowed: counted as streamed, the claims kept on the records "
+                     "(usage_tokens)")
     if run.cut_off_at_stop:
         notes.append(f"{run.cut_off_at_stop} request(s) in flight were cut off when the level was aborted")
     if run.target_gone:

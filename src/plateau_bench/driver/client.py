@@ -252,7 +252,7 @@ class StreamingClient:
         end_ns = acc.last_byte_ns if acc.last_byte_ns is not None else clock() - state.t0
         if state.cut is None and state.error is None and state.status == 200:
             acc.close()  # a clean end: flush a last event without its blank line
-        counts = acc.counts(self.count_tokens)
+        counts = acc.counts(self.count_tokens, max_tokens)
         if state.error is None and state.status == 200:
             state.error, state.detail = _stream_outcome(acc, state.content_type, counts.output_tokens,
                                                          max_tokens, state.cut)

@@ -295,10 +295,19 @@ class StreamAccumulator:
         counts = self.counts(count_tokens)
         return counts.output_tokens, counts.chunk_tokens, counts.source
 
-    def counts(self, count_tokens: Callable[[str], int] | None) -> TokenCounts:
-        """The token figures once the stream has ended; a refuted usage claim is kept apart."""
+    def counts(self, count_tokens: Callable[[str], int] | None, max_tokens: int | None = None) -> TokenCounts:
+        """The token figures once the stream has ended; a refuted usage claim is kept apart.
+
+        A claim above ``max_tokens`` (what the request allowed) is refuted by the request itself: the
+        tokens are what the stream shows, at most ``max_tokens``, and all of them when it completed (the
+        requests are sent with ``ignore_eos``, so a completed one generated what it asked for)."""
         n = len(self.chunk_ns)
         claimed = self.usage_completion
+        if claimed is not None and max_tokens is not None and claimed > max_tokens:
+            streamed, _, source = self._streamed(count_tokens)
+            total = max_tokens if self.complete else min(streamed, max_tokens)
+            return TokenCounts(total, spread_tokens(total, [len(t) for t in self.texts]),
+                               source if not self.complete else TOKEN_SOURCE_ESTIMATE, claimed)
         if claimed is not None:
             running = self._running_count()
             if running is not None and claimed > running:

@@ -17,7 +17,7 @@ from typing import Protocol
 import msgspec
 
 from plateau_bench.records import HealthSample, RequestRecord, TelemetrySample
-from plateau_bench.result import PromptUse, WorkerClock
+from plateau_bench.result import KernelTcp, PromptUse, WorkerClock
 from plateau_bench.spec import LevelSpec
 
 
@@ -39,6 +39,7 @@ class LevelRun(msgspec.Struct, kw_only=True):
     engine: str | None = None             # what /metrics identified
     gpu_note: str | None = None           # why local GPU telemetry is absent
     gpus_serve: bool = False              # the server runs on this host: its GPUs are the ones NVML read
+    kernel_tcp: KernelTcp | None = None   # this host's TCP counters over the level (``driver.kernel_tcp``)
     benchmark_s: float | None = None      # seconds of load spent (virtual time for the twin)
     sim_preemptions: int | None = None
     sim_virtual_end_s: float | None = None

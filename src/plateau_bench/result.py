@@ -179,6 +179,16 @@ class TurnMetrics(msgspec.Struct, frozen=True, kw_only=True):
     e2e_ms: Latency = msgspec.field(default_factory=Latency)
 
 
+class KernelTcp(msgspec.Struct, frozen=True, kw_only=True):
+    """What this host's kernel counted during a level (``driver.kernel_tcp``): SYN retransmissions of its
+    connections and, where the server runs on this host (``server_here``), its listen queue overflowing."""
+
+    syn_retransmits: int = 0
+    listen_overflows: int = 0
+    listen_drops: int = 0
+    server_here: bool = False
+
+
 class LevelResult(msgspec.Struct, kw_only=True):
     """Every metric of one load level. Keys are a contract: scripts read them from result.json."""
 
@@ -223,6 +233,7 @@ class LevelResult(msgspec.Struct, kw_only=True):
     e2e_ms: Latency = msgspec.field(default_factory=Latency)
     send_lag_ms: Latency = msgspec.field(default_factory=Latency)
     connect_ms: Latency = msgspec.field(default_factory=Latency)
+    kernel_tcp: KernelTcp | None = None   # this host's TCP counters over the level; None: not read
     token_source: str = "usage"
     throughput_ci_rel: float | None = None   # half-width of the 95 % CI on output tok/s, relative
     gain: float | None = None                # output tok/s over the previous lower level's, minus 1

@@ -8,7 +8,7 @@ import msgspec
 import pytest
 
 from plateau_bench.analysis.diagnosis import diagnose
-from plateau_bench.result import ClientHealth, Latency, LevelResult, ServerTelemetry
+from plateau_bench.result import ClientHealth, KernelTcp, Latency, LevelResult, ServerTelemetry
 
 from support.builders import level_result
 
@@ -158,6 +158,27 @@ def test_slow_connections_are_named_with_their_figures() -> None:
     assert any("waited 1.1 s or more for a connection" in e for e in v.evidence)
     assert any("first SYN retransmission" in e for e in v.evidence)
     assert any("somaxconn" in s for s in v.suggestions)
+
+
+@pytest.mark.parametrize(("kernel", "said", "first_advice"), [
+    (KernelTcp(server_here=True), "this host's kernel counted no SYN retransmission and no listen overflow",
+     "look at the client"),
+    (KernelTcp(syn_retransmits=12, listen_overflows=3, server_here=True),
+     "this host's kernel counted 24 SYN retransmission(s) and 6 listen queue overflow(s)", "somaxconn"),   # 2 levels
+    (KernelTcp(syn_retransmits=0), "this host's kernel counted no SYN retransmission during", "look at the client"),
+])
+def test_slow_connections_claim_retransmissions_only_when_the_kernel_counted_them(
+        kernel: KernelTcp, said: str, first_advice: str) -> None:
+    """~1 s looks like a SYN retransmission; with the kernel's counters read, the verdict says what they
+    counted (a busy client event loop makes the same wait, with no retransmission)."""
+    levels = capped_levels()
+    for lv in levels[-2:]:
+        lv.connect_ms = Latency(p50=2.0, p99=1_100.0, max=3_050.0, count=1024)
+        lv.kernel_tcp = kernel
+    v = diagnose(levels)
+    assert v.constraint == "load_generator" and any(e.startswith(said) for e in v.evidence), v.evidence
+    assert not any("matches the first SYN retransmission" in e for e in v.evidence)
+    assert first_advice in v.suggestions[0]
 
 
 def test_errors_rate_limiting() -> None:

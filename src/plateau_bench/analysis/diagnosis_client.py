@@ -70,18 +70,41 @@ def _slow_connections(levels: Sequence[LevelResult]) -> Verdict | None:
     fast = [lv for lv in levels if lv.connect_ms.p99 is not None and lv not in slow]
     if fast:
         ev.append(f"connections opened quickly up to {at(fast[-1])} (p99 {fast[-1].connect_ms.p99:.0f} ms)")
-    if (first.connect_ms.p99 or 0) < 3 * SLOW_CONNECT_MS:
-        ev.append("~1 s is the first SYN retransmission: the listen backlog overflowed and connections were "
-                  "retried")
+    retried = _kernel_evidence(slow, first, ev)
+    backlog = ["raise the server's listen backlog (Linux: sysctl -w net.core.somaxconn=4096; the server's own "
+               "backlog setting) or the proxy's connection limit",
+               "ramp concurrency up in steps (or reuse connections) so a burst of new connections does not overflow it"]
+    elsewhere = ["the kernel saw no retried connection: look at the client (its event-loop lag and CPU in the level "
+                 "table; --workers spreads it) and at any proxy in between before the server's backlog"]
     return Verdict(
         "load_generator", f"connections were slow to open from {at(first)}: the connection path, not the "
                           "server's engine, limits these levels",
         "high" if len(slow) >= 2 or (worst.connect_ms.p99 or 0) >= 3 * SLOW_CONNECT_MS else "medium", ev,
-        suggestions=["raise the server's listen backlog (Linux: sysctl -w net.core.somaxconn=4096; the server's "
-                     "own backlog setting) or the proxy's connection limit",
-                     "ramp concurrency up in steps (or reuse connections) so a burst of new connections does not "
-                     "overflow it", "TTFT and throughput at these levels include the connection wait"],
+        suggestions=[*(elsewhere if retried is False else backlog),
+                     "TTFT and throughput at these levels include the connection wait"],
     )
+
+
+def _kernel_evidence(slow: Sequence[LevelResult], first: LevelResult, ev: list[str]) -> bool | None:
+    """What this host's TCP counters say of the slow levels (appended to ``ev``): True when connections were
+    retried, False when the kernel counted none, None when the counters were not read."""
+    kernel = [lv.kernel_tcp for lv in slow if lv.kernel_tcp is not None]
+    if not kernel:
+        if (first.connect_ms.p99 or 0) < 3 * SLOW_CONNECT_MS:
+            ev.append("~1 s matches the first SYN retransmission after a full listen backlog (not confirmed: this "
+                      "host's TCP counters were not read)")
+        return None
+    syn = sum(k.syn_retransmits for k in kernel)
+    here = any(k.server_here for k in kernel)
+    overflows = sum(k.listen_overflows + k.listen_drops for k in kernel if k.server_here)
+    queue = f" and {overflows} listen queue overflow(s) or drop(s)" if here else ""
+    if syn or overflows:
+        ev.append(f"this host's kernel counted {syn} SYN retransmission(s){queue} during these levels: connections "
+                  "were retried")
+        return True
+    ev.append(f"this host's kernel counted no SYN retransmission{' and no listen overflow' if here else ''} during "
+              "these levels: the wait was not a retried connection")
+    return False
 
 
 def _busy(lv: LevelResult) -> bool:

@@ -124,6 +124,7 @@ def build_level(run: LevelRun) -> LevelResult:
         worker_clocks=list(run.worker_clocks),
         turns=turn_metrics(run.records),
         prompts=run.prompts,
+        kernel_tcp=run.kernel_tcp,
     )
     result.notes = _notes(run, result)
     if run.target_gone or run.lost_workers:

@@ -209,6 +209,8 @@ class _Process(LoadWorker):
 class Launcher(Protocol):
     """Where load workers come from: processes on this machine, or actors on a Ray cluster."""
 
+    local: bool   # every worker runs on this machine (its connections are this host's)
+
     async def open(self) -> int:
         """Get ready; returns how many workers the pool gets."""
         ...
@@ -220,6 +222,8 @@ class Launcher(Protocol):
 
 class LocalLauncher:
     """``size`` processes on this machine (``--workers``)."""
+
+    local = True
 
     def __init__(self, size: int) -> None:
         self.size = size

@@ -173,6 +173,8 @@ class _RayWorker(LoadWorker):
 class RayLauncher:
     """``per_node`` actors on every alive node of the cluster at ``address`` (``auto``: this machine's)."""
 
+    local = False
+
     def __init__(self, address: str, per_node: int = 1) -> None:
         self.address = address
         self.per_node = per_node

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from plateau_bench.aio import level_finisher, old_objects_frozen, stop_asked
+from plateau_bench.driver import kernel_tcp
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.health import HealthSampler
 from plateau_bench.driver.load import LoadProgress, Sender, run_level
@@ -138,6 +139,7 @@ class HttpLevelRunner:
         self._nvml, self.gpu_note = open_nvml()
         # NVML's GPUs are the server's only when it runs here.
         self._gpus_serve = self._nvml is not None and on_this_host(target)
+        self._server_here = on_this_host(target)
 
     async def run_level(
         self,
@@ -163,12 +165,19 @@ class HttpLevelRunner:
         self.dataset_from += run.prompts.span if run.prompts is not None else 0
         return run
 
+    def _tcp_counters(self) -> dict[str, int] | None:
+        """This host's TCP counters, when the connections are this host's (not Ray actors elsewhere)."""
+        if self.pool is not None and not self.pool.launcher.local:
+            return None
+        return kernel_tcp.read_counters()
+
     async def _run(self, level: LevelSpec, label: str, on_record: Callable[[RequestRecord], None] | None,
                    stop_rule: StopRule | None, repeat: int, key: LevelKey, feed: PromptFeed) -> LevelRun:
         progress = self.progress()
         if progress is not None and stop_rule is not None:
             progress.precision = stop_rule.precision
         started_at = _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
+        tcp_before = self._tcp_counters()
         t0 = time.monotonic_ns()
         abort, finish, cancel = asyncio.Event(), asyncio.Event(), asyncio.Event()
         collect = _Collector(progress, on_record, abort)
@@ -205,6 +214,7 @@ class HttpLevelRunner:
             gpu_samples = await gpu.stop() if gpu is not None else []
             dcgm_samples = await dcgm.stop() if dcgm is not None else []
             server_samples = await scraper.stop() if scraper is not None else []
+        kernel = kernel_tcp.delta(tcp_before, self._tcp_counters(), server_here=self._server_here)
         return LevelRun(
             level=level, label=label, records=collect.records, server_samples=server_samples,
             gpu_samples=gpu_samples, dcgm_samples=dcgm_samples, health_samples=load.health,
@@ -213,7 +223,7 @@ class HttpLevelRunner:
             t0_monotonic_ns=t0, cut_off_at_stop=load.cancelled, cancelled_at_end=load.cancelled_at_end,
             target_gone=collect.refused >= DEAD_TARGET_FAILURES,
             engine=self.engine, gpu_note=None if gpu_samples else self.gpu_note, load_processes=load.processes,
-            gpus_serve=bool(gpu_samples) and self._gpus_serve,
+            gpus_serve=bool(gpu_samples) and self._gpus_serve, kernel_tcp=kernel,
             lost_workers=load.lost, worker_clocks=load.clocks,
             prompts=load.prompts if load.prompts is not None else feed.use())
 

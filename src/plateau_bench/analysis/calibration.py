@@ -35,6 +35,10 @@ import numpy as np
 from plateau_bench.analysis.diagnosis_client import STALL_MS
 from plateau_bench.analysis.diagnosis_common import mean_lengths
 from plateau_bench.analysis.roofline_place import decode_batch
+from plateau_bench.answers import CalibratedModel as CalibratedModel  # re-exported: the fit's result
+from plateau_bench.answers import EngineModel as EngineModel
+from plateau_bench.answers import LevelFit as LevelFit
+from plateau_bench.answers import Parameter as Parameter
 from plateau_bench.errors import ResultsError
 from plateau_bench.result import LevelResult, ResultFile
 
@@ -43,62 +47,6 @@ MIN_BATCH_SPREAD = 1.5     # largest over smallest decoding batch needed to tell
 MIN_CONTEXT_SPREAD = 1.2   # largest over smallest context needed to tell c from a
 DEFAULT_BUDGET = 8192      # vLLM's step budget for online serving; a client cannot see it
 T0_FLOOR_S = 1e-6          # the twin needs a fixed cost > 0; a fit at or below 0 is taken as this
-
-
-class Parameter(msgspec.Struct, frozen=True, kw_only=True):
-    name: str                      # t0 | a | b | c (seconds per step / sequence / prompt token / KV token)
-    value: float
-    stderr: float | None = None    # None: no residual degrees of freedom, or not identified
-    identified: bool = True
-    note: str = ""
-
-
-class LevelFit(msgspec.Struct, frozen=True, kw_only=True):
-    run: str
-    label: str
-    batch: float
-    measured_ms: float             # mean TPOT (or TTFT for the prompt's row)
-    fitted_ms: float
-    metric: str = "tpot"           # tpot | ttft
-
-    @property
-    def residual(self) -> float:
-        return self.fitted_ms / self.measured_ms - 1.0
-
-
-class EngineModel(msgspec.Struct, frozen=True, kw_only=True):
-    """What the twin needs: the step model and the scheduler's limits."""
-
-    t0: float
-    a: float
-    b: float
-    c: float
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    kv_tokens: int
-    policy: str = "mixed"
-    block_size: int = 16
-    max_model_len: int = 32768
-
-
-class CalibratedModel(msgspec.Struct, kw_only=True):
-    """``plateau calibrate --out model.json``: the fitted engine, how well it fits and where it came from."""
-
-    kind: str = "plateau-calibrated-model"
-    version: int = 1
-    engine: EngineModel
-    parameters: list[Parameter]
-    levels: list[LevelFit]
-    sources: list[str]
-    cap_source: str                # diagnosis | server | none (no cap seen: the limit is an assumption)
-    kv_source: str                 # server | client lower bound
-    policy_source: str
-    input_len: float               # mean lengths of the calibration levels
-    output_len: float
-    notes: list[str] = msgspec.field(default_factory=list)
-
-    def parameter(self, name: str) -> Parameter:
-        return next(p for p in self.parameters if p.name == name)
 
 
 class _Row(msgspec.Struct, frozen=True):

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import msgspec
 import numpy as np
 
-from plateau_bench.analysis.calibration import CalibratedModel
 from plateau_bench.analysis.slo import Slo, level_meets
+from plateau_bench.answers import CalibratedModel
+from plateau_bench.answers import CapacityPlan as CapacityPlan  # re-exported: what a plan is
+from plateau_bench.answers import ReplicaTrial as ReplicaTrial
 from plateau_bench.errors import ConfigError
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import LevelResult
@@ -26,30 +27,6 @@ from plateau_bench.sweep.predict import Settings, engine_config
 from plateau_bench.units import NS
 
 KEEPS_UP = 0.95   # share of the requests that must have a first token
-
-
-class ReplicaTrial(msgspec.Struct, frozen=True, kw_only=True):
-    replicas: int
-    balancer: str
-    meets: bool
-    keeps_up: bool
-    request_rate: float              # completed requests per second
-    output_throughput: float
-    ttft_p99_ms: float | None
-    tpot_p99_ms: float | None
-    e2e_p99_ms: float | None
-    goodput_rps: float | None
-
-
-class CapacityPlan(msgspec.Struct, frozen=True, kw_only=True):
-    rate: float
-    slos: list[str]
-    balancer: str
-    replicas: int | None             # the fewest meeting the SLO; None: not within max_replicas
-    gpus: int | None
-    cost_per_hour: float | None
-    cost_per_million_tokens: float | None
-    trials: list[ReplicaTrial]
 
 
 def _keeps_up(records: Sequence[RequestRecord]) -> bool:

@@ -15,8 +15,12 @@ from pathlib import Path
 
 import msgspec
 
-from plateau_bench.analysis.calibration import CalibratedModel, EngineModel, Lengths, Sweep, calibrate, shifted
+from plateau_bench.analysis.calibration import Lengths, Sweep, calibrate, shifted
 from plateau_bench.analysis.slo import Slo, level_meets
+from plateau_bench.answers import CalibratedModel, EngineModel
+from plateau_bench.answers import PredictedLevel as PredictedLevel  # re-exported: what a prediction is
+from plateau_bench.answers import Prediction as Prediction
+from plateau_bench.answers import Settings as Settings
 from plateau_bench.errors import ConfigError
 from plateau_bench.result import Knee, LevelResult, Plateau, Verdict
 from plateau_bench.sim.config import EngineConfig, Policy
@@ -26,39 +30,6 @@ from plateau_bench.spec import WorkloadSpec
 from plateau_bench.store import kept_attempts, load_requests, load_result
 from plateau_bench.sweep.loop import run_plan
 from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
-
-
-class Settings(msgspec.Struct, frozen=True, kw_only=True):
-    """What the prediction changes (None: the calibrated value)."""
-
-    max_num_seqs: int | None = None
-    kv_tokens: int | None = None
-    max_num_batched_tokens: int | None = None
-
-
-class PredictedLevel(msgspec.Struct, frozen=True, kw_only=True):
-    concurrency: int
-    output_throughput: float
-    decoding: float
-    ttft_p50_ms: float | None
-    ttft_p99_ms: float | None
-    tpot_p50_ms: float | None
-    tpot_p99_ms: float | None
-    e2e_p99_ms: float | None
-    meets_slo: bool | None = None
-
-
-class Prediction(msgspec.Struct, frozen=True, kw_only=True):
-    engine: EngineModel
-    levels: list[PredictedLevel]
-    plateau: Plateau | None
-    knee: Knee | None
-    plateau_low: float | None          # the plateau with every coefficient one standard error slower
-    plateau_high: float | None         # ... and faster
-    slo_max_concurrency: int | None = None
-    slo_throughput: float | None = None
-    band_note: str = ""
-    notes: list[str] = msgspec.field(default_factory=list)
 
 
 def engine_config(engine: EngineModel, settings: Settings = Settings()) -> EngineConfig:

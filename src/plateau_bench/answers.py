@@ -1,0 +1,188 @@
+"""What the calibrated twin answers, as typed results: the calibrated model (``plateau calibrate --out
+model.json``), a predicted sweep (``plateau predict``), a capacity plan (``plateau plan``) and a tune
+(``plateau tune``, its ``tune.json``).
+
+Plain structs in the base layer, because two layers meet on them: the orchestration computes them
+(``analysis.calibration``, ``sweep.predict``, ``sweep.capacity``, ``sweep.tune``, which re-export them)
+and the presentation renders them (``report.answers``), which may not import the orchestration.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from plateau_bench.result import Knee, Plateau
+
+# -- the calibrated model (``analysis.calibration``) ------------------------------------------------------
+
+
+class Parameter(msgspec.Struct, frozen=True, kw_only=True):
+    name: str                      # t0 | a | b | c (seconds per step / sequence / prompt token / KV token)
+    value: float
+    stderr: float | None = None    # None: no residual degrees of freedom, or not identified
+    identified: bool = True
+    note: str = ""
+
+
+class LevelFit(msgspec.Struct, frozen=True, kw_only=True):
+    run: str
+    label: str
+    batch: float
+    measured_ms: float             # mean TPOT (or TTFT for the prompt's row)
+    fitted_ms: float
+    metric: str = "tpot"           # tpot | ttft
+
+    @property
+    def residual(self) -> float:
+        return self.fitted_ms / self.measured_ms - 1.0
+
+
+class EngineModel(msgspec.Struct, frozen=True, kw_only=True):
+    """What the twin needs: the step model and the scheduler's limits."""
+
+    t0: float
+    a: float
+    b: float
+    c: float
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_tokens: int
+    policy: str = "mixed"
+    block_size: int = 16
+    max_model_len: int = 32768
+
+
+class CalibratedModel(msgspec.Struct, kw_only=True):
+    """``plateau calibrate --out model.json``: the fitted engine, how well it fits and where it came from."""
+
+    kind: str = "plateau-calibrated-model"
+    version: int = 1
+    engine: EngineModel
+    parameters: list[Parameter]
+    levels: list[LevelFit]
+    sources: list[str]
+    cap_source: str                # diagnosis | server | none (no cap seen: the limit is an assumption)
+    kv_source: str                 # server | client lower bound
+    policy_source: str
+    input_len: float               # mean lengths of the calibration levels
+    output_len: float
+    notes: list[str] = msgspec.field(default_factory=list)
+
+    def parameter(self, name: str) -> Parameter:
+        return next(p for p in self.parameters if p.name == name)
+
+
+# -- a prediction (``sweep.predict``) ---------------------------------------------------------------------
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """What the prediction changes (None: the calibrated value)."""
+
+    max_num_seqs: int | None = None
+    kv_tokens: int | None = None
+    max_num_batched_tokens: int | None = None
+
+
+class PredictedLevel(msgspec.Struct, frozen=True, kw_only=True):
+    concurrency: int
+    output_throughput: float
+    decoding: float
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    tpot_p50_ms: float | None
+    tpot_p99_ms: float | None
+    e2e_p99_ms: float | None
+    meets_slo: bool | None = None
+
+
+class Prediction(msgspec.Struct, frozen=True, kw_only=True):
+    engine: EngineModel
+    levels: list[PredictedLevel]
+    plateau: Plateau | None
+    knee: Knee | None
+    plateau_low: float | None          # the plateau with every coefficient one standard error slower
+    plateau_high: float | None         # ... and faster
+    slo_max_concurrency: int | None = None
+    slo_throughput: float | None = None
+    band_note: str = ""
+    notes: list[str] = msgspec.field(default_factory=list)
+
+
+# -- a capacity plan (``sweep.capacity``) -----------------------------------------------------------------
+
+
+class ReplicaTrial(msgspec.Struct, frozen=True, kw_only=True):
+    replicas: int
+    balancer: str
+    meets: bool
+    keeps_up: bool
+    request_rate: float              # completed requests per second
+    output_throughput: float
+    ttft_p99_ms: float | None
+    tpot_p99_ms: float | None
+    e2e_p99_ms: float | None
+    goodput_rps: float | None
+
+
+class CapacityPlan(msgspec.Struct, frozen=True, kw_only=True):
+    rate: float
+    slos: list[str]
+    balancer: str
+    replicas: int | None             # the fewest meeting the SLO; None: not within max_replicas
+    gpus: int | None
+    cost_per_hour: float | None
+    cost_per_million_tokens: float | None
+    trials: list[ReplicaTrial]
+
+
+# -- a tune (``sweep.tune``) ------------------------------------------------------------------------------
+
+CAP_NAMES = {"max_num_seqs", "max_running_requests", "parallel", "np", "max_concurrent_requests",
+             "max_batch_size", "max_num_seqs_per_replica"}
+BUDGET_NAMES = {"max_num_batched_tokens", "chunked_prefill_size", "max_batch_total_tokens",
+                "max_batch_prefill_tokens"}
+
+
+class TuneParam(msgspec.Struct, frozen=True):
+    name: str
+    values: list[int]
+
+    @property
+    def knob(self) -> str | None:
+        """What the twin knows this flag as: cap | budget | None (measured only)."""
+        key = self.name.lower().replace("-", "_")
+        return "cap" if key in CAP_NAMES else "budget" if key in BUDGET_NAMES else None
+
+
+class TuneTrial(msgspec.Struct, kw_only=True):
+    setting: dict[str, int]
+    why: str                              # start | candidate | brute force | measured only
+    predicted_tok_s: float | None = None  # plateau (or, with --slo, the largest load meeting it)
+    measured_tok_s: float | None = None
+    run_dir: str | None = None
+    server_ready_s: float | None = None
+    # The settings whose sweeps the prediction was calibrated on (measured before this one).
+    predicted_from: list[dict[str, int]] = msgspec.field(default_factory=list)
+    # Its sweep's verdict named the load generator: the measured figure is what the client drove, a lower
+    # bound on the server's (the headline says why).
+    load_generator_bound: str | None = None
+
+    @property
+    def error(self) -> float | None:
+        if self.predicted_tok_s is None or not self.measured_tok_s:
+            return None
+        return self.predicted_tok_s / self.measured_tok_s - 1.0
+
+
+class TuneResult(msgspec.Struct, kw_only=True):
+    serve: str                            # the template, credentials hidden
+    params: list[TuneParam]
+    objective: str
+    slos: list[str]
+    trials: list[TuneTrial]
+    recommendation: dict[str, int] | None
+    recommended_tok_s: float | None
+    restarts: int                         # servers started
+    brute_force_restarts: int             # a server per setting
+    predicted: bool                       # False: a parameter the twin does not model; all measured
+    calibration_notes: list[str] = msgspec.field(default_factory=list)

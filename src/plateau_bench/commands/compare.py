@@ -16,7 +16,8 @@ import typer
 from plateau_bench.analysis.compare import RunData, compare_runs
 from plateau_bench.analysis.plateau import SearchConfig
 from plateau_bench.analysis.slo import parse_slo
-from plateau_bench.commands.options import wide_console
+from plateau_bench.commands.answer_flags import GpuCost
+from plateau_bench.commands.options import Json, wide_console
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.compare import comparison_lines, comparison_table
 from plateau_bench.spec import parse_duration, parse_int_list
@@ -38,7 +39,7 @@ def compare_cmd(
                                                     "(repeatable; default: directory names).")] = None,
     slo: Annotated[list[str] | None, typer.Option("--slo", help="SLO profile, e.g. ttft_p99=2s,tpot_p99=50ms "
                                                   "(repeatable: one line per profile).")] = None,
-    gpu_cost: Annotated[float | None, typer.Option("--gpu-cost", help="$ per GPU-hour.")] = None,
+    gpu_cost: GpuCost = None,
     gpus: Annotated[str | None, typer.Option("--gpus", help="GPU count per run, e.g. 4,8.")] = None,
     response_tokens: Annotated[int | None, typer.Option("--response-tokens", help="Response length for "
                                                         "--target-latency.")] = None,
@@ -46,7 +47,7 @@ def compare_cmd(
                                                        "e.g. 30s: how many users each run serves.")] = None,
     latency_stat: Annotated[str, typer.Option("--latency-stat", help="Statistic of TTFT and TPOT used for "
                                               "--target-latency: mean|p50|p90|p99|max.")] = "p90",
-    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON only.")] = False,
+    as_json: Json = False,
 ) -> None:
     """Compare saved runs: where one overtakes another, which meets an SLO with more, at what cost."""
     if names and len(names) != len(run_dirs):

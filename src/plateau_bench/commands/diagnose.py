@@ -15,7 +15,7 @@ from plateau_bench.analysis.plateau import plateau_and_knee
 from plateau_bench.analysis.roofline_place import place_on_roofline
 from plateau_bench.commands import roofline_opts as r
 from plateau_bench.commands.groups import grouped
-from plateau_bench.commands.options import wide_console
+from plateau_bench.commands.options import Json, wide_console
 from plateau_bench.errors import ResultsError
 from plateau_bench.report.terminal import cache_line, level_table, summary_sentence, verdict_text
 from plateau_bench.result import Knee, Plateau, ResultFile, SearchSettings, Verdict
@@ -45,7 +45,7 @@ def _twin_what_if(path: Path, verdict: Verdict, result: ResultFile) -> Verdict:
 @grouped
 def diagnose_cmd(
     run_dir: Annotated[Path, typer.Argument(help="A result directory written by sweep, run or sim.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON only.")] = False,
+    as_json: Json = False,
     hardware: r.RooflineFlags = r.NO_ROOFLINE,
     calibrated: Annotated[Path | None, typer.Option("--calibrated", help="Answer the cap what-if with the twin "
                                                     "calibrated on this (a model from plateau calibrate, or a "

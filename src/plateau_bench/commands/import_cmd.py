@@ -15,7 +15,9 @@ import msgspec
 import typer
 
 from plateau_bench.analysis.plateau import plateau_and_knee
-from plateau_bench.commands.options import wide_console
+from plateau_bench.commands.answer_flags import AS_GIVEN, GivenLengths
+from plateau_bench.commands.groups import grouped
+from plateau_bench.commands.options import Json, Overwrite, wide_console
 from plateau_bench.errors import ConfigError
 from plateau_bench.importers import FORMATS, Imported, ImportOptions, import_sources
 from plateau_bench.report.terminal import level_table, summary_sentence
@@ -54,6 +56,7 @@ def result_of(imported: Imported) -> ResultFile:
                       levels=levels, plateau=plateau, knee=knee)
 
 
+@grouped
 def import_cmd(
     paths: Annotated[list[Path], typer.Argument(help="Result files or directories of another tool, or CSV / "
                                                 "Markdown tables (one row per level).")],
@@ -62,24 +65,21 @@ def import_cmd(
                                                "the content).")] = None,
     mode: Annotated[str | None, typer.Option("--mode", help="burst (num_requests = C, all at once) | steady: how "
                                              "a table's levels were run (default: burst, said in the notes).")] = None,
-    input_len: Annotated[int | None, typer.Option("--input-len", help="Prompt tokens per request, when the "
-                                                  "source does not say.")] = None,
-    output_len: Annotated[int | None, typer.Option("--output-len", help="Output tokens of every request, when "
-                                                   "the source does not say.")] = None,
+    lengths: GivenLengths = AS_GIVEN,
     concurrency: Annotated[int | None, typer.Option("--concurrency", help="The concurrency of a single-level "
                                                     "source that does not record it (AIPerf records alone, "
                                                     "SGLang without num_prompts).")] = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace results already in --out.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print what was imported as JSON only.")] = False,
+    overwrite: Overwrite = False,
+    as_json: Json = False,
 ) -> None:
     """Import results measured by vLLM, SGLang, GuideLLM, AIPerf, inference-perf or a plain table."""
     if mode is not None and mode not in MODES:
         raise ConfigError(f"unknown --mode {mode!r}: choose one of {', '.join(MODES)}")
-    for name, value in (("--input-len", input_len), ("--output-len", output_len), ("--concurrency", concurrency)):
-        if value is not None and value < 1:
-            raise ConfigError(f"{name} must be >= 1 (got {value})")
-    imported = import_sources(paths, source, ImportOptions(mode=mode, input_len=input_len, output_len=output_len,
-                                                           concurrency=concurrency))
+    lengths.check()
+    if concurrency is not None and concurrency < 1:
+        raise ConfigError(f"--concurrency must be >= 1 (got {concurrency})")
+    imported = import_sources(paths, source, ImportOptions(mode=mode, input_len=lengths.input_len,
+                                                           output_len=lengths.output_len, concurrency=concurrency))
     result = result_of(imported)
     levels = result.levels
     result.levels = []

@@ -25,19 +25,22 @@ RooflinePath = Annotated[Path | None, typer.Option(
 Gpu = Annotated[str | None, typer.Option("--gpu", help="GPU name for the roofline: " + ", ".join(gpu_names()) + ".",
                                          rich_help_panel=PANEL)]
 GpuSpecFile = Annotated[Path | None, typer.Option("--gpu-spec", help="Roofline: a JSON file with the GPU's "
-                                                  "figures.", rich_help_panel=PANEL)]
+                                                  "figures (the fields of roofline/gpus.json).",
+                                                  rich_help_panel=PANEL)]
 Gpus = Annotated[int | None, typer.Option("--gpus", help="Roofline: GPUs in the deployment (default: --tp).",
                                           rich_help_panel=PANEL)]
 Tp = Annotated[int | None, typer.Option("--tp", help="Roofline: tensor-parallel size (default 1).",
                                         rich_help_panel=PANEL)]
-Ep = Annotated[int | None, typer.Option("--ep", help="Roofline: expert-parallel size (default 1).",
-                                        rich_help_panel=PANEL)]
-Dtype = Annotated[str | None, typer.Option("--dtype", help="Roofline: weight dtype (default: the config's).",
+Ep = Annotated[int | None, typer.Option("--ep", help="Roofline: expert-parallel size (default 1: experts split "
+                                        "like the MLP).", rich_help_panel=PANEL)]
+Dtype = Annotated[str | None, typer.Option("--dtype", help="Roofline: weight dtype, fp4 | fp8 | bf16 | fp16 "
+                                           "(default: the config's quantization, else bf16).",
                                            rich_help_panel=PANEL)]
 KvDtype = Annotated[str | None, typer.Option("--kv-dtype", help="Roofline: KV-cache dtype (default bf16).",
                                              rich_help_panel=PANEL)]
-Interconnect = Annotated[str | None, typer.Option("--interconnect", help="Roofline: pcie4 | pcie5 | nvlink4 | "
-                                                  "... | GB/s (default: the GPU's).", rich_help_panel=PANEL)]
+Interconnect = Annotated[str | None, typer.Option("--interconnect", help="Roofline: pcie4 | pcie5 | nvlink3 | "
+                                                  "nvlink4 | nvlink5 | xgmi | GB/s per direction (default: the "
+                                                  "GPU's).", rich_help_panel=PANEL)]
 
 TWIN_PANEL = "Twin from first principles (instead of --preset)"
 ModelConfig = Annotated[Path | None, typer.Option(

@@ -264,6 +264,27 @@ async def test_requests_still_in_flight_after_the_grace_period_are_hung_failures
     assert (time.monotonic_ns() - t0) / 1e9 < 0.4 + 0.3 + 1.0
 
 
+async def test_a_timed_level_whose_requests_never_answer_ends_on_time() -> None:
+    """Nothing finishing gives the drain no yardstick; a level with a duration (or ended by finish: the stop
+    rule or the first Ctrl-C) still ends within about twice the time it ran, not at the client's timeout."""
+    t0 = time.monotonic_ns()
+    sender = HangingSender(t0, 0.02, every=1)   # every request hangs
+    progress = LoadProgress()
+    records = await run_level(sender, PROMPTS, _level(mode="steady", concurrency=4, duration_s=0.3), t0_ns=t0,
+                              progress=progress, grace_min_s=0.2)
+    took = (time.monotonic_ns() - t0) / 1e9
+    assert len(records) == progress.sent == progress.hung == 4 and sender.in_flight == 0
+    assert all(r.error == ErrorClass.HUNG for r in records)
+    assert took < 0.3 + 0.3 + 1.0   # the duration, as long again, slack for a busy machine (timeout: 600 s)
+    finish = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.3, finish.set)
+    t1 = time.monotonic_ns()
+    stopped = await run_level(HangingSender(t1, 0.02, every=1), PROMPTS, _level(mode="burst", concurrency=4),
+                              t0_ns=t1, finish=finish, grace_min_s=0.2)
+    assert [r.error for r in stopped] == [ErrorClass.HUNG] * 4
+    assert (time.monotonic_ns() - t1) / 1e9 < 0.3 + 0.3 + 1.0
+
+
 async def test_a_burst_with_a_hung_request_ends_after_its_grace_period() -> None:
     t0 = time.monotonic_ns()
     sender = HangingSender(t0, 0.05, every=8)

@@ -29,8 +29,12 @@ on records is relative to it (the sender must be built with the same ``t0_ns``).
 Ending a level: once nothing more will be sent (the duration has passed, every request of a burst
 has been sent, or ``finish`` was set because the estimate is precise enough), the level *drains*:
 in-flight requests may finish for a grace period of ``max(GRACE_MIN_S, 2 x`` the longest request
-finished so far``)`` from the start of the drain (re-evaluated as requests finish, and not before
-one has: a burst's first wave may take a while). Whatever is still in flight then is **hung**: it
+finished so far``)`` from the start of the drain (re-evaluated as requests finish). Before any request
+has finished there is no such yardstick: a burst's first wave may take a while, so a burst waits (its
+requests' own timeout bounds it), but a level that ran for a time (a duration, or one ended by ``finish``:
+the stop rule's ``--max-level-time`` or the first Ctrl-C) waits ``max(GRACE_MIN_S,`` the time it ran``)``
+at most, so a level whose requests never answer ends on time rather than at the client's timeout.
+Whatever is still in flight then is **hung**: it
 gets a failed record of class ``hung`` (with the tokens it streamed so far when the sender can tell,
 as the HTTP client can) and is cancelled. So every request sent ends as ok, failed or hung, and none vanishes.
 
@@ -281,8 +285,11 @@ class _LevelRun:
             self._drain_start_ns = now
             self.progress.draining = True
         if self._longest_ns == 0:
-            return  # nothing has finished yet: no yardstick for "too long" (the client timeout bounds it)
-        grace_ns = max(self.grace_min_ns, GRACE_FACTOR * self._longest_ns)
+            if self._deadline_ns is None and not self._finishing():
+                return  # a burst's first wave, nothing finished yet: no yardstick (the client timeout bounds it)
+            grace_ns = max(self.grace_min_ns, self._drain_start_ns)   # as long again as the level ran
+        else:
+            grace_ns = max(self.grace_min_ns, GRACE_FACTOR * self._longest_ns)
         if now - self._drain_start_ns < grace_ns:
             return
         for index, pending in list(self._pending.items()):

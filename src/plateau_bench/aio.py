@@ -76,11 +76,17 @@ def treat_sigterm_as_interrupt() -> None:
 
     The signal is relayed as SIGINT, which ``asyncio.Runner`` turns into a cancellation of the main
     task (so every ``finally`` runs), then into ``KeyboardInterrupt``; ``terminated()`` tells the two apart.
+    Where SIGINT is ignored (a background job of a script: the shell ignores it there so that the
+    terminal's Ctrl-C does not reach the job), a relayed SIGINT would be ignored too, and the run would
+    go on to its end: SIGTERM then raises ``KeyboardInterrupt`` itself, wherever the main thread is
+    (inside a long computation as well).
     """
 
     def relay(signum: int, frame: object) -> None:
         global _terminated
         _terminated = True
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            raise KeyboardInterrupt
         os.kill(os.getpid(), signal.SIGINT)
 
     signal.signal(signal.SIGTERM, relay)

@@ -13,6 +13,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -36,6 +37,16 @@ def log_tail(path: Path, lines: int = LOG_TAIL) -> str:
     return "\n".join(text.rstrip().split("\n")[-lines:])
 
 
+def die_with_parent() -> None:
+    """In the started server, before it runs: the kernel sends it SIGTERM when plateau dies, however it dies
+    (``kill -9`` included), so no server is left running on its own (Linux ``PR_SET_PDEATHSIG``)."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 class ServerProcess:
     """One started server: ``await start()``, ``await stop()`` (also as an async context manager)."""
 
@@ -53,7 +64,8 @@ class ServerProcess:
         with self.log_path.open("ab") as log:
             try:
                 self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log,
-                                             stderr=subprocess.STDOUT, start_new_session=True)
+                                             stderr=subprocess.STDOUT, start_new_session=True,
+                                             preexec_fn=die_with_parent if sys.platform == "linux" else None)
             except OSError as exc:
                 raise ServerStartError(f"cannot start {self.argv[0]}: {exc.strerror or exc}") from None
         await self._wait_ready()

@@ -1,22 +1,19 @@
 """Load loops: how requests are released to the target during one level.
 
-* **burst**: ``num_requests`` requests (default ``C``) over ``C`` closed-loop workers. With
-  ``num_requests == C`` every request leaves at once: the classic benchmark, kept for comparability.
-* **steady** (closed loop): ``C`` workers, each sending its next request as soon as its previous
-  one ended, until ``num_requests`` have been sent or ``duration_s`` has passed. After the
-  duration nothing new is sent and in-flight requests finish (drain); the analysis cuts ramp-up
-  and drain out of the measurement window.
-* **rate** (open loop): requests leave at the times of a gamma/Poisson schedule
-  (``workload.arrivals``) whatever the server does, optionally bounded by ``max_concurrency``
-  (a semaphore). A request held back by the bound is sent late; the record keeps its
-  ``scheduled_ns`` so the send lag (``sent_ns - scheduled_ns``) measures the hold-up. After the
-  duration, arrivals still waiting for the semaphore are not sent (counted as ``unsent``). With
-  multi-turn sessions each arrival is a conversation whose turns follow one another (the bound then
-  counts conversations); a trace gives the schedule itself (``offsets_ns``).
+* **burst**: ``num_requests`` requests (default ``C``) over ``C`` closed-loop workers; with ``num_requests == C``
+  every request leaves at once: the classic benchmark, kept for comparability.
+* **steady** (closed loop): ``C`` workers, each sending its next request as soon as its previous one
+  ended, until ``num_requests`` have been sent or ``duration_s`` has passed; then nothing new is sent and
+  in-flight requests finish (drain); the analysis cuts ramp-up and drain out of the measurement window.
+* **rate** (open loop): requests leave at the times of a gamma/Poisson schedule (``workload.arrivals``)
+  whatever the server does, optionally bounded by ``max_concurrency`` (a semaphore). A request held back
+  by the bound is sent late; the record keeps its ``scheduled_ns`` so the send lag (``sent_ns -
+  scheduled_ns``) measures the hold-up. After the duration, arrivals still waiting for the semaphore are
+  not sent (counted as ``unsent``). With multi-turn sessions each arrival is a conversation whose turns
+  follow one another (the bound then counts conversations); a trace gives the schedule (``offsets_ns``).
 
-``scheduled_ns`` elsewhere: the first request of each closed-loop worker is scheduled at the start
-of the measured phase (a burst is "all at once"), later ones when their worker became free, so the
-lag exposes a load generator too slow to release requests on time.
+``scheduled_ns`` elsewhere: a closed-loop worker's first request at the start of the measured phase, later
+ones when their worker became free, so the lag exposes a load generator too slow to release them on time.
 
 Warm-up: ``warmup`` requests go first, at concurrency ``min(C, warmup)``, flagged ``warmup=True``;
 the analysis excludes them. Prompts come from a feed by request index (``workload.feed``: a new one
@@ -29,11 +26,9 @@ on records is relative to it (the sender must be built with the same ``t0_ns``).
 Ending a level: once nothing more will be sent (the duration has passed, every request of a burst
 has been sent, or ``finish`` was set because the estimate is precise enough), the level *drains*:
 in-flight requests may finish for a grace period of ``max(GRACE_MIN_S, 2 x`` the longest request
-finished so far``)`` from the start of the drain (re-evaluated as requests finish). Before any request
-has finished there is no such yardstick: a burst's first wave may take a while, so a burst waits (its
-requests' own timeout bounds it), but a level that ran for a time (a duration, or one ended by ``finish``:
-the stop rule's ``--max-level-time`` or the first Ctrl-C) waits ``max(GRACE_MIN_S,`` the time it ran``)``
-at most, so a level whose requests never answer ends on time rather than at the client's timeout.
+finished so far``)`` from the start of the drain. Before any request has finished, a burst waits (its
+first wave may take a while; the client timeout bounds it), and a level with a duration or ended by
+``finish`` waits ``max(GRACE_MIN_S,`` the time it ran``)``: a level that gets no answer ends on time.
 Whatever is still in flight then is **hung**: it
 gets a failed record of class ``hung`` (with the tokens it streamed so far when the sender can tell,
 as the HTTP client can) and is cancelled. So every request sent ends as ok, failed or hung, and none vanishes.
@@ -284,12 +279,10 @@ class _LevelRun:
         if self._drain_start_ns is None:
             self._drain_start_ns = now
             self.progress.draining = True
-        if self._longest_ns == 0:
-            if self._deadline_ns is None and not self._finishing():
-                return  # a burst's first wave, nothing finished yet: no yardstick (the client timeout bounds it)
-            grace_ns = max(self.grace_min_ns, self._drain_start_ns)   # as long again as the level ran
-        else:
-            grace_ns = max(self.grace_min_ns, GRACE_FACTOR * self._longest_ns)
+        if self._longest_ns == 0 and self._deadline_ns is None and not self._finishing():
+            return  # a burst's first wave, nothing finished yet: no yardstick (the client timeout bounds it)
+        # Nothing finished yet: as long again as the level ran (module docstring).
+        grace_ns = max(self.grace_min_ns, GRACE_FACTOR * self._longest_ns if self._longest_ns else self._drain_start_ns)
         if now - self._drain_start_ns < grace_ns:
             return
         for index, pending in list(self._pending.items()):

@@ -11,7 +11,8 @@ import msgspec
 import pytest
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.sweep.tune import TuneResult, check_template, parse_param, redact_command, render, settings
+from plateau_bench.redaction import redact_command
+from plateau_bench.sweep.tune import TuneResult, check_template, parse_param, render, settings
 
 from support.loading import plateau
 

@@ -1,6 +1,6 @@
 """``plateau tune --serve 'CMD --flag {name} --port {port}' --param name=lo..hi``: the best server setting for
 fewer restarts than a grid. The method is ``sweep.tune``; this module starts and stops the servers
-(``driver.server_process``), sweeps each one and prints predicted against measured.
+(``driver.server_process``), sweeps each one and prints predicted against measured (``report.answers``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from typing import Annotated
 
 import msgspec
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from plateau_bench.aio import run as run_async
 from plateau_bench.commands import options as o
@@ -22,6 +20,7 @@ from plateau_bench.commands.config_file import ConfiguredCommand, note_result_di
 from plateau_bench.commands.groups import grouped
 from plateau_bench.commands.load_flags import STOP_DEFAULTS, Ceiling, GridFlags, StopRuleFlags
 from plateau_bench.errors import ConfigError
+from plateau_bench.report.answers import tune_view
 from plateau_bench.result import LevelResult, ResultFile
 from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration
 from plateau_bench.sweep.build import SweepAsk, concurrency_plan
@@ -131,7 +130,7 @@ def tune_cmd(
     if as_json:
         typer.echo(text)
         return
-    print_tune(o.wide_console(), done, len(settings(params)))
+    o.wide_console().print(tune_view(done, len(settings(params))))
 
 
 def _ceiling(grid: GridFlags) -> int:
@@ -139,32 +138,6 @@ def _ceiling(grid: GridFlags) -> int:
     from plateau_bench.spec import parse_int_list
 
     return max(parse_int_list(grid.concurrency, "--concurrency")) if grid.concurrency else grid.max_concurrency
-
-
-def print_tune(console: Console, done: object, grid: int) -> None:
-    from plateau_bench.sweep.tune import TuneResult
-
-    assert isinstance(done, TuneResult)
-    table = Table(title=f"plateau tune: {done.objective}" + (f" ({', '.join(done.slos)})" if done.slos else ""))
-    left = ("setting", "measured because", "predicted from")
-    for col in (*left, "predicted tok/s", "measured tok/s", "prediction error"):
-        table.add_column(col, justify="left" if col in left else "right")
-    for t in done.trials:
-        err = t.error
-        basis = " + ".join("/".join(str(v) for v in s.values()) for s in t.predicted_from) or "-"
-        table.add_row(", ".join(f"{k}={v}" for k, v in t.setting.items()), t.why, basis,
-                      f"{t.predicted_tok_s:,.0f}" if t.predicted_tok_s is not None else "-",
-                      f"{t.measured_tok_s:,.0f}" if t.measured_tok_s is not None else "-",
-                      f"{err:+.1%}" if err is not None else "-")
-    console.print(table)
-    for note in done.calibration_notes:
-        console.print(f"  note: {note}", highlight=False, markup=False)
-    if done.recommendation is None:
-        console.print("No setting was measured successfully.", highlight=False)
-        return
-    setting = ", ".join(f"{k}={v}" for k, v in done.recommendation.items())
-    console.print(f"Recommended: {setting} ({done.recommended_tok_s or 0:,.0f} tok/s measured); {done.restarts} "
-                  f"server start(s) against {grid} for the grid", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

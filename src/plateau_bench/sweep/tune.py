@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import re
 import shlex
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -31,27 +30,14 @@ import msgspec
 
 from plateau_bench.analysis.calibration import calibrate
 from plateau_bench.analysis.slo import Slo
+from plateau_bench.answers import TuneParam as TuneParam  # re-exported: what a tune is
+from plateau_bench.answers import TuneResult as TuneResult
+from plateau_bench.answers import TuneTrial as TuneTrial
 from plateau_bench.errors import ConfigError, PlateauError
+from plateau_bench.redaction import redact_command
 from plateau_bench.result import ResultFile
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.sweep.plan import ConcurrencyPlan
-
-CAP_NAMES = {"max_num_seqs", "max_running_requests", "parallel", "np", "max_concurrent_requests",
-             "max_batch_size", "max_num_seqs_per_replica"}
-BUDGET_NAMES = {"max_num_batched_tokens", "chunked_prefill_size", "max_batch_total_tokens",
-                "max_batch_prefill_tokens"}
-_SECRET_FLAG = re.compile(r"(--(?:api[-_]key|token|hf[-_]token)[= ])(\S+)", re.IGNORECASE)
-
-
-class TuneParam(msgspec.Struct, frozen=True):
-    name: str
-    values: list[int]
-
-    @property
-    def knob(self) -> str | None:
-        """What the twin knows this flag as: cap | budget | None (measured only)."""
-        key = self.name.lower().replace("-", "_")
-        return "cap" if key in CAP_NAMES else "budget" if key in BUDGET_NAMES else None
 
 
 def parse_param(text: str) -> TuneParam:
@@ -74,11 +60,6 @@ def parse_param(text: str) -> TuneParam:
         raise ConfigError(f"--param {text!r}: the values must be positive integers (name=lo..hi or "
                           "name=a,b,c)") from None
     return TuneParam(name.strip(), values)
-
-
-def redact_command(command: str) -> str:
-    """The template as it may be shown and saved: values of key and token flags hidden."""
-    return _SECRET_FLAG.sub(lambda m: m.group(1) + "***", command)
 
 
 def render(template: str, setting: dict[str, int], port: int) -> list[str]:
@@ -131,40 +112,6 @@ def plan_for(plan: ConcurrencyPlan, setting: dict[str, int], params: Sequence[Tu
     first = min(max(1, min(caps) // 4), plan.search.max_concurrency)
     search = msgspec.structs.replace(plan.search, start=max(plan.search.start, first))
     return dataclasses.replace(plan, search=search)
-
-
-class TuneTrial(msgspec.Struct, kw_only=True):
-    setting: dict[str, int]
-    why: str                              # start | candidate | brute force | measured only
-    predicted_tok_s: float | None = None  # plateau (or, with --slo, the largest load meeting it)
-    measured_tok_s: float | None = None
-    run_dir: str | None = None
-    server_ready_s: float | None = None
-    # The settings whose sweeps the prediction was calibrated on (measured before this one).
-    predicted_from: list[dict[str, int]] = msgspec.field(default_factory=list)
-    # Its sweep's verdict named the load generator: the measured figure is what the client drove, a lower
-    # bound on the server's (the headline says why).
-    load_generator_bound: str | None = None
-
-    @property
-    def error(self) -> float | None:
-        if self.predicted_tok_s is None or not self.measured_tok_s:
-            return None
-        return self.predicted_tok_s / self.measured_tok_s - 1.0
-
-
-class TuneResult(msgspec.Struct, kw_only=True):
-    serve: str                            # the template, credentials hidden
-    params: list[TuneParam]
-    objective: str
-    slos: list[str]
-    trials: list[TuneTrial]
-    recommendation: dict[str, int] | None
-    recommended_tok_s: float | None
-    restarts: int                         # servers started
-    brute_force_restarts: int             # a server per setting
-    predicted: bool                       # False: a parameter the twin does not model; all measured
-    calibration_notes: list[str] = msgspec.field(default_factory=list)
 
 
 def objective_value(result: ResultFile, use_slo: bool) -> float | None:

@@ -28,6 +28,13 @@ Endpoint = Literal["completions", "chat"]
 
 # More connections than this is a typo, not a benchmark: refused before anything is allocated.
 MAX_CONCURRENCY = 1_000_000
+# No model serves a request this long (the largest contexts are a few million tokens): beyond it, a typo,
+# and the prompts would exhaust this machine's memory before anything was sent.
+MAX_REQUEST_TOKENS = 10_000_000
+# Shared prefixes, conversations and turns beyond these are typos too (each is built in memory up front).
+MAX_PREFIX_GROUPS = 100_000
+MAX_SESSIONS = 1_000_000
+MAX_TURNS = 10_000
 # Every time is kept in integer nanoseconds: a duration beyond a year is a typo, and 1e300 s overflows.
 MAX_DURATION_S = 365 * 86400.0
 
@@ -132,6 +139,12 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"--input-len must be >= 1 (got {self.input_len})")
         if self.output_len < 1:
             raise ConfigError(f"--output-len must be >= 1 (got {self.output_len})")
+        for flag, tokens in (("--prefix-len", self.prefix_len),
+                             ("--input-len", _upper(self.input_len, self.input_dist)),
+                             ("--output-len", self.longest_output())):
+            if tokens > MAX_REQUEST_TOKENS:
+                raise ConfigError(f"{flag} {tokens:,} is more tokens than any model serves in one request (at most "
+                                  f"{MAX_REQUEST_TOKENS:,})")
         if self.length_convention not in LENGTH_CONVENTIONS:
             raise ConfigError(f"--length-convention must be one of {', '.join(LENGTH_CONVENTIONS)} "
                               f"(got {self.length_convention!r})")
@@ -164,6 +177,12 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
     def _validate_sessions(self) -> None:
         if self.sessions < 0:
             raise ConfigError(f"--sessions must be >= 1 (got {self.sessions})")
+        if self.sessions > MAX_SESSIONS:
+            raise ConfigError(f"--sessions {self.sessions:,} is more conversations than a benchmark needs (at most "
+                              f"{MAX_SESSIONS:,}; each is built in memory)")
+        if self.sessions and self.turns is not None and _upper(1, self.turns) > MAX_TURNS:
+            raise ConfigError(f"--turns allows {_upper(1, self.turns):,} turns per conversation (at most "
+                              f"{MAX_TURNS:,})")
         if not (math.isfinite(self.think_time_s) and self.think_time_s >= 0):
             raise ConfigError(f"--think-time must be >= 0 and finite (got {self.think_time_s})")
         if self.sessions and self.dataset is not None:
@@ -173,15 +192,38 @@ class WorkloadSpec(msgspec.Struct, frozen=True, kw_only=True):
         if self.turns is not None and self.turns.kind in ("normal", "lognormal") and self.turns.a < 1:
             raise ConfigError("--turns: the mean must be at least 1")
 
+    def longest_input(self) -> int:
+        """The longest prompt the lengths allow, the shared prefix included (a distribution's upper end where
+        it has one, else its nominal length)."""
+        return self.prefix_len + _upper(self.input_len, self.input_dist)
+
+    def longest_output(self) -> int:
+        return _upper(self.output_len, self.output_dist)
+
     def _validate_prefixes(self) -> None:
         if self.prefix_groups < 0:
             raise ConfigError(f"--prefix-groups must be >= 1 (got {self.prefix_groups})")
+        if self.prefix_groups > MAX_PREFIX_GROUPS:
+            raise ConfigError(f"--prefix-groups {self.prefix_groups:,} is more shared prefixes than a benchmark "
+                              f"needs (at most {MAX_PREFIX_GROUPS:,}; each is built in memory)")
         if self.prefix_len < 0:
             raise ConfigError(f"--prefix-len must be >= 1 (got {self.prefix_len})")
         if bool(self.prefix_groups) != bool(self.prefix_len):
             raise ConfigError("--prefix-groups and --prefix-len go together: G shared prefixes of P tokens")
         if self.prefix_groups and self.dataset is not None:
             raise ConfigError("--prefix-groups builds synthetic prompts; it cannot be combined with --dataset")
+
+
+def _upper(nominal: int, dist: LengthSpec | None) -> int:
+    """A length's largest value: a uniform's upper end, a fixed length; otherwise (normal, lognormal, a
+    file of lengths) its nominal one."""
+    if dist is None:
+        return nominal
+    if dist.kind == "uniform":
+        return int(dist.b)
+    if dist.kind == "fixed":
+        return int(dist.a)
+    return nominal
 
 
 class LevelSpec(msgspec.Struct, frozen=True, kw_only=True):

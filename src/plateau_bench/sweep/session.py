@@ -106,6 +106,7 @@ async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int = P
         await wait_ready(target, wait_ready_s)
     info = await discover(target)
     target = msgspec.structs.replace(target, model=info.model)
+    check_context(workload, info.max_model_len)
 
     async def count_remote(text: str) -> int | None:
         return await tokenize_remote(target, info.model, text)
@@ -114,6 +115,7 @@ async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int = P
     count_tokens = counter.count_text if isinstance(counter, LocalTokenizer) else None
     if workload.trace is not None:
         trace = load_trace(workload.trace, limit=workload.trace_requests)
+        check_context(workload, info.max_model_len, max((r.input_len + r.output_len for r in trace.rows), default=0))
         salt = () if workload.prompt_salt is None else (workload.prompt_salt,)
         built = await trace_prompts(trace, counter=counter, seed=[workload.seed, *salt])
         accuracy = msgspec.convert(built.accuracy, dict[str, Scalar])
@@ -140,6 +142,27 @@ async def prepare(target: TargetSpec, workload: WorkloadSpec, n_prompts: int = P
     source = PromptSource.given(built.prompts, reuse=workload.allow_reuse, dataset=True)
     return Prepared(target, info, source, built.token_source, {**accuracy, "dataset_prompts": len(built.prompts)},
                     twin, count_tokens)
+
+
+def check_context(workload: WorkloadSpec, max_model_len: int | None, trace_longest: int | None = None) -> None:
+    """Refuse requests longer than the server's context (``max_model_len`` from /v1/models, where it says):
+    every one would fail, after the prompts were built. A conversation's later turns carry its history and
+    may outgrow the context by design; its first turn is checked."""
+    if max_model_len is None:
+        return
+    if trace_longest is not None:
+        if trace_longest > max_model_len:
+            raise ConfigError(f"--trace {workload.trace} holds a request of {trace_longest:,} tokens (prompt + "
+                              "output), "
+                              f"above the server's context of {max_model_len:,} (max_model_len from /v1/models)")
+        return
+    if workload.dataset is not None or workload.trace is not None:
+        return   # a dataset's lengths are the dataset's
+    longest = workload.longest_input() + workload.longest_output()
+    if longest > max_model_len:
+        raise ConfigError(f"--input-len and --output-len ask up to {longest:,} tokens per request (prompt + output"
+                          f"{', shared prefix included' if workload.prefix_len else ''}), above the server's context "
+                          f"of {max_model_len:,} (max_model_len from /v1/models): every request would fail")
 
 
 def run_spec(prepared: Prepared, workload: WorkloadSpec, plan: Plan) -> RunSpec:

@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from plateau_bench.errors import ConfigError
+from plateau_bench.spec import MAX_REQUEST_TOKENS
 from plateau_bench.units import NS
 
 HASH_BLOCK_TOKENS = 512   # Mooncake's block size: one hash id per 512 prompt tokens
@@ -91,6 +92,9 @@ def _positive(p: Path, lineno: int, value: Any, name: str) -> int:
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"--trace {p}:{lineno}: {name} must be a positive integer (got {value!r})")
+    if value > MAX_REQUEST_TOKENS:
+        raise ConfigError(f"--trace {p}:{lineno}: {name} {value:,} is more tokens than any model serves in one "
+                          f"request (at most {MAX_REQUEST_TOKENS:,})")
     return value
 
 

@@ -53,3 +53,34 @@ def test_the_twin_refuses_a_prompt_beyond_its_context_before_sending(capsys: pyt
     code, _, err = plateau(["run", "-c", "1", "--input-len", "9000000", "--quiet"], capsys)
     assert code == 2 and err.count("\n") == 1
     assert "above the server's context of 8,192 (max_model_len from /v1/models)" in err
+
+
+def test_a_prediction_band_is_not_simulated_from_coefficients_the_fit_does_not_pin() -> None:
+    """Shifting t0 by a standard error of 10^6 s simulated an engine with near-zero steps (68.7 GiB)."""
+    from plateau_bench.answers import CalibratedModel, EngineModel, Parameter
+    from plateau_bench.sweep.predict import _no_band
+
+    engine = EngineModel(t0=0.002, a=1e-4, b=2e-6, c=0.0, max_num_seqs=64, max_num_batched_tokens=8192,
+                         kv_tokens=65536, policy="mixed", block_size=16, max_model_len=32768)
+
+    def model(*parameters: Parameter) -> CalibratedModel:
+        return CalibratedModel(engine=engine, parameters=list(parameters), levels=[], sources=[], cap_source="none",
+                               kv_source="server", policy_source="server", input_len=128, output_len=128)
+
+    assert _no_band(model(Parameter(name="t0", value=0.002, stderr=1e-4))) == ""
+    assert _no_band(model(Parameter(name="t0", value=0.002, stderr=1e6))) == \
+        "no band: the fit does not pin t0 0.002 ± 1e+06 (a standard error of half the value or more)"
+    assert _no_band(model(Parameter(name="t0", value=0.002))).startswith("no band: the fit had no residual")
+
+
+def test_token_buckets_stay_bounded_over_any_window() -> None:
+    """A calibrated step of 10^6 s made a virtual window of ~10^8 s: 1 s buckets asked for 5.7 GiB."""
+    from plateau_bench.analysis.metrics import MAX_BUCKETS, Window, bucket_output_tokens
+    from plateau_bench.units import NS
+
+    from support.builders import request_record
+
+    records = [request_record(0, sent_ns=0, first_token_ns=10**6 * NS, end_ns=10**8 * NS, chunk_ns=[10**8 * NS],
+                              chunk_tokens=[8], output_tokens=8)]
+    buckets = bucket_output_tokens(records, Window(0, 10**8 * NS))
+    assert len(buckets) <= MAX_BUCKETS and buckets.sum() == 8

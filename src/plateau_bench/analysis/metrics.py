@@ -296,9 +296,15 @@ def bucket_output_tokens(records: Sequence[RequestRecord], w: Window, bucket_s: 
     return _buckets(times, cumulative, w, bucket_s)
 
 
+MAX_BUCKETS = 100_000   # a window longer than this many buckets (a day of 1 s ones) gets wider buckets
+
+
 def _buckets(times: FloatArray, cumulative: FloatArray, w: Window, bucket_s: float) -> FloatArray:
+    """Tokens per bucket; at most ``MAX_BUCKETS`` of them, so that the memory stays bounded whatever the
+    window (a calibrated step of 10^6 s made a virtual window of 10^8 s and asked for 5.7 GiB)."""
     if w.end_ns <= w.start_ns:
         return np.zeros(0)
+    bucket_s = max(bucket_s, (w.end_ns - w.start_ns) / NS / MAX_BUCKETS)
     n_buckets = max(1, int(np.ceil((w.end_ns - w.start_ns) / (bucket_s * NS))))
     edges: FloatArray = w.start_ns + np.arange(n_buckets + 1, dtype=np.float64) * bucket_s * NS
     edges[-1] = max(edges[-1], w.end_ns)

@@ -65,6 +65,22 @@ def _level(lv: LevelResult, slos: Sequence[Slo]) -> PredictedLevel:
                           meets_slo=level_meets(lv, slos) if slos else None)
 
 
+BAND_MAX_RELATIVE_ERROR = 0.5
+
+
+def _no_band(model: CalibratedModel) -> str:
+    """Why the prediction has no band, or "" when it has one. A coefficient whose standard error is half its
+    value or more is not pinned by the fit: shifting it by that error simulates an engine many times faster
+    (its steps near zero: a level of millions of steps) or slower, and says nothing more than the note does."""
+    if not any(p.stderr for p in model.parameters):
+        return "no band: the fit had no residual degrees of freedom"
+    loose = [p for p in model.parameters if p.stderr and p.value > 0 and p.stderr >= BAND_MAX_RELATIVE_ERROR * p.value]
+    if loose:
+        named = ", ".join(f"{p.name} {p.value:.3g} ± {p.stderr:.3g}" for p in loose)
+        return f"no band: the fit does not pin {named} (a standard error of half the value or more)"
+    return ""
+
+
 async def predict(model: CalibratedModel, workload: WorkloadSpec, settings: Settings = Settings(), *,
                   concurrencies: Sequence[int] | None = None, slos: Sequence[Slo] = (),
                   band: bool = True) -> Prediction:
@@ -74,8 +90,7 @@ async def predict(model: CalibratedModel, workload: WorkloadSpec, settings: Sett
     plan = _plan(concurrencies, top)
     levels, plateau, knee = await _sweep(config, workload, plan)
     low = high = None
-    note = "no band: the fit had no residual degrees of freedom" if not any(
-        p.stderr for p in model.parameters) else ""
+    note = _no_band(model)
     if band and not note:
         grid = sorted({lv.concurrency for lv in levels if lv.concurrency})
         for sigmas in (1.0, -1.0):

@@ -15,7 +15,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from plateau_bench.errors import ConfigError
+from plateau_bench.errors import ConfigError, PlateauError
 from plateau_bench.importers import aiperf, guidellm, inference_perf, sglang, table, vllm
 from plateau_bench.importers.common import (
     Imported,
@@ -96,6 +96,39 @@ def _json(path: Path, text: str, fmt: str, values: list[tuple[Any, Where]], opts
     return [], {}
 
 
+# What a parser raises on a value of the wrong type or size deep in a file (a number where a list was, a
+# 1e300 where a count was): the file is malformed for its format, said in one line naming it.
+_MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, ZeroDivisionError)
+
+
+def _what(exc: BaseException) -> str:
+    return f"{exc.__class__.__name__}: {str(exc)[:120]}"
+
+
+def _one_file(path: Path, fmt: str | None, opts: ImportOptions,
+              aiperf_groups: dict[Path, dict[str, list[tuple[Any, Where]]]],
+              out: Imported) -> tuple[list[ImportedLevel], dict[str, Any], str]:
+    """The levels of one file, its run-wide facts and its format (a malformed value: one ConfigError line)."""
+    text = read_text(path)
+    if not text.strip():
+        raise ConfigError(f"{path}: empty file")
+    kind = fmt or "table"
+    try:
+        if kind != "table" or (fmt is None and is_json(text)):
+            values = json_values(path, text)
+            kind = fmt or detect(path, values)
+            levels, meta = _json(path, text, kind, values, opts, aiperf_groups)
+            return levels, meta, kind
+        levels, warnings = table.load(path, text, opts)
+    except PlateauError:
+        raise
+    except _MALFORMED as exc:
+        raise ConfigError(f"{path}: not readable as {kind}: a field holds a value of an unexpected type or size "
+                          f"({_what(exc)})") from None
+    out.warnings.extend(warnings)
+    return levels, {"input_len": opts.input_len, "output_len": opts.output_len}, kind
+
+
 def import_sources(paths: list[Path], fmt: str | None = None, opts: ImportOptions | None = None) -> Imported:
     """Every level in ``paths`` (files or directories); ``fmt`` forces the format of all of them."""
     opts = opts or ImportOptions()
@@ -106,23 +139,16 @@ def import_sources(paths: list[Path], fmt: str | None = None, opts: ImportOption
     files, skipped = expand(paths)
     out.warnings.extend(skipped)
     for path in files:
-        text = read_text(path)
-        if not text.strip():
-            raise ConfigError(f"{path}: empty file")
-        kind = fmt or "table"
-        if kind != "table" or (fmt is None and is_json(text)):
-            values = json_values(path, text)
-            kind = fmt or detect(path, values)
-            levels, meta = _json(path, text, kind, values, opts, aiperf_groups)
-        else:
-            levels, warnings = table.load(path, text, opts)
-            meta = {"input_len": opts.input_len, "output_len": opts.output_len}
-            out.warnings.extend(warnings)
+        levels, meta, kind = _one_file(path, fmt, opts, aiperf_groups, out)
         out.levels.extend(levels)
         _merge(out, meta)
         if kind not in out.formats:
             out.formats.append(kind)
-    out.levels.extend(_aiperf(aiperf_groups, opts, out))
+    try:
+        out.levels.extend(_aiperf(aiperf_groups, opts, out))
+    except _MALFORMED as exc:
+        raise ConfigError(f"{', '.join(str(d) for d in aiperf_groups)}: not readable as AIPerf's files: a field "
+                          f"holds a value of an unexpected type or size ({_what(exc)})") from None
     if not out.levels:
         raise ConfigError(f"no level found in {', '.join(str(p) for p in paths)}")
     taken: set[str] = set()

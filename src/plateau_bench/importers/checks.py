@@ -12,6 +12,7 @@ import msgspec
 
 from plateau_bench.errors import ConfigError
 from plateau_bench.records import RequestRecord
+from plateau_bench.spec import MAX_REQUEST_TOKENS
 
 if TYPE_CHECKING:
     from plateau_bench.importers.common import Summary
@@ -67,3 +68,6 @@ def check_records(records: Sequence[RequestRecord], source: str, concurrency: in
                               "must not go backwards: a negative TTFT or latency)")
         if r.output_tokens < 0 or r.prompt_tokens < 0:
             raise ConfigError(f"{source}: request {r.index}: a negative token count")
+        if max(r.output_tokens, r.prompt_tokens) > MAX_REQUEST_TOKENS:   # its tokens are spread in memory
+            raise ConfigError(f"{source}: request {r.index}: {max(r.output_tokens, r.prompt_tokens):,} tokens, more "
+                              f"than any model serves in one request (at most {MAX_REQUEST_TOKENS:,})")

@@ -415,6 +415,7 @@ def summary_level(s: Summary, source: str) -> ImportedLevel:
     if s.mode == "burst" and s.wall_s is None and s.duration_s is not None:
         s.wall_s = s.duration_s
     _littles_law(s)
+    check_summary(s, source)   # what follows from the figures too (a duration of 5e-324 s: infinite tok/s)
     missing = [name for key, name in _MISSING_FIELDS if getattr(s, key) is None]
     if s.peak_decoding is None:
         missing.append("peak decoding (needs per-request times)")

@@ -188,6 +188,9 @@ def out_dir_or_temp(out: Path | None, kind: str) -> Path:
 def _comparable(spec: RunSpec) -> dict[str, object]:
     data: dict[str, object] = msgspec.to_builtins(spec)
     data.pop("prompt_accuracy", None)
+    target = data.get("target")
+    if spec.twin is not None and isinstance(target, dict):
+        target.pop("url", None)   # the embedded twin listens on a new port each run: its preset and speed say it
     return data
 
 

@@ -43,6 +43,26 @@ def test_sigterm_stops_a_command_started_in_the_background(tmp_path: Path) -> No
     assert b"stopped by SIGTERM" in err and b"Traceback" not in err
 
 
+@pytest.mark.slow   # a sweep simulated and calibrated, then a long plan stopped after 3 s
+@pytest.mark.timeout(120)
+def test_sigterm_stops_plan_while_it_computes(tmp_path: Path) -> None:
+    for argv in (["sim", "-c", "1,4,16,64", "--out", str(tmp_path / "sweep")],
+                 ["calibrate", str(tmp_path / "sweep"), "--out", str(tmp_path / "model.json")]):
+        done = subprocess.run([sys.executable, "-m", "plateau_bench", *argv], capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "plateau_bench", "plan", str(tmp_path / "model.json"), "--rate",
+                             "50", "--slo", "ttft_p99=2s", "--duration-s", "20000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("plan went on computing after SIGTERM")
+    assert proc.returncode == 143 and b"stopped by SIGTERM" in err and b"Traceback" not in err, err
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="the parent-death signal is Linux's")
 @pytest.mark.timeout(30)
 def test_a_started_server_dies_with_plateau_even_by_kill_9(tmp_path: Path) -> None:

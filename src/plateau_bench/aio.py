@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import signal
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
@@ -72,24 +71,21 @@ _terminated = False
 
 
 def treat_sigterm_as_interrupt() -> None:
-    """SIGTERM ends a run like Ctrl-C: finished levels saved, children stopped, the resume hint printed.
+    """SIGTERM ends a run at once, like a second Ctrl-C: finished levels saved, children stopped, the resume
+    hint printed; ``terminated()`` tells it from a Ctrl-C.
 
-    The signal is relayed as SIGINT, which ``asyncio.Runner`` turns into a cancellation of the main
-    task (so every ``finally`` runs), then into ``KeyboardInterrupt``; ``terminated()`` tells the two apart.
-    Where SIGINT is ignored (a background job of a script: the shell ignores it there so that the
-    terminal's Ctrl-C does not reach the job), a relayed SIGINT would be ignored too, and the run would
-    go on to its end: SIGTERM then raises ``KeyboardInterrupt`` itself, wherever the main thread is
-    (inside a long computation as well).
+    It raises ``KeyboardInterrupt`` itself, wherever the main thread is. Relayed as SIGINT, it was lost
+    twice: where SIGINT is ignored (a background job of a script: the shell ignores it there so that the
+    terminal's Ctrl-C does not reach the job), and inside a computation that never yields to the event loop
+    (``plan``, ``sim``), where asyncio only cancels the main task at its next await.
     """
 
-    def relay(signum: int, frame: object) -> None:
+    def stop(signum: int, frame: object) -> None:
         global _terminated
         _terminated = True
-        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            raise KeyboardInterrupt
-        os.kill(os.getpid(), signal.SIGINT)
+        raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, relay)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def terminated() -> bool:
@@ -132,22 +128,22 @@ class Interrupts:
     """What the handler of ``first_interrupt_finishes`` saw."""
 
     finished_early: bool = False   # a first Ctrl-C ended the running level early
-    stopped: bool = False          # a second Ctrl-C (or SIGTERM) stopped everything at once
+    stopped: bool = False          # a second Ctrl-C stopped everything at once
 
 
 @contextmanager
 def first_interrupt_finishes(announce: Callable[[str], None]) -> Iterator[Interrupts]:
     """A first Ctrl-C ends the running level the way its stop rule would (nothing new sent, the requests
     in flight drain), so it keeps its figures, and no level starts after it (``stop_asked``); a second
-    one, or SIGTERM, cancels the calling task, which then raises ``KeyboardInterrupt`` as a plain Ctrl-C
-    would. Call from inside the main task."""
+    one cancels the calling task, which then raises ``KeyboardInterrupt`` as a plain Ctrl-C would (SIGTERM
+    raises it at once: ``treat_sigterm_as_interrupt``). Call from inside the main task."""
     global _stop_asked
     loop, task = asyncio.get_running_loop(), asyncio.current_task()
     seen = Interrupts()
 
     def on_sigint() -> None:
         global _stop_asked
-        if not seen.finished_early and not _terminated and _level_finishers:
+        if not seen.finished_early and _level_finishers:
             seen.finished_early = _stop_asked = True
             for finish in list(_level_finishers):
                 finish()

@@ -85,3 +85,11 @@ def test_bad_input_is_one_line(argv: list[str], message: str, capsys: pytest.Cap
     code, _, err = plateau(argv, capsys)
     assert code == 2
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("flags", [["--t0-ms", "nan"], ["--a-ms", "inf"], ["--b-ms", "-1"]])
+def test_a_step_time_that_is_not_a_finite_number_is_one_line(cli: Cli, flags: list[str]) -> None:
+    """nan once simulated levels with negative wall times instead of refusing."""
+    result = cli("sim", "--concurrency", "4", *flags)
+    assert result.exit_code == 2
+    assert "step-time coefficients must be finite and >= 0, with t0 > 0" in result.output

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import msgspec
@@ -67,8 +68,9 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"--balancer must be round-robin or least-outstanding (got {self.balancer!r})")
         if self.max_model_len < 2:
             raise ConfigError(f"--max-model-len must be >= 2 (got {self.max_model_len})")
-        if self.step.t0 <= 0 or min(self.step.a, self.step.b, self.step.c, self.step.expert_s) < 0:
-            raise ConfigError("step-time coefficients must be >= 0, with t0 > 0")
+        terms = (self.step.t0, self.step.a, self.step.b, self.step.c, self.step.expert_s)
+        if not all(math.isfinite(t) for t in terms) or self.step.t0 <= 0 or min(terms[1:]) < 0:
+            raise ConfigError("step-time coefficients must be finite and >= 0, with t0 > 0")
         if self.step.experts < 0 or not 0 <= self.step.expert_miss <= 1 or self.step.expert_tokens <= 0:
             raise ConfigError("the expert term needs experts >= 0, a miss chance in [0, 1] and tokens per copy > 0")
 

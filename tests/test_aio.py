@@ -1,12 +1,15 @@
-"""The event-loop helpers: the collector kept off the objects that existed before a level."""
+"""The event-loop helpers: the collector kept off the objects that existed before a level, and Ctrl-C."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
+import os
+import signal
 
 import pytest
 
-from plateau_bench.aio import old_objects_frozen
+from plateau_bench.aio import first_interrupt_finishes, level_finisher, old_objects_frozen, stop_asked
 from plateau_bench.driver.runner import HttpLevelRunner
 from plateau_bench.records import RequestRecord
 from plateau_bench.sim.embed import start_sim_server
@@ -50,3 +53,22 @@ async def test_a_levels_load_runs_with_the_old_objects_frozen() -> None:
     assert len(run.records) == 4 and all(r.error is None for r in run.records)
     assert len(frozen_while_running) == 4 and min(frozen_while_running) > 1000   # the imports, at least
     assert gc.get_freeze_count() == 0
+
+
+async def _two_ctrl_c(said: list[str], ended: list[int]) -> None:
+    with first_interrupt_finishes(said.append) as seen, level_finisher(lambda: ended.append(1)):
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(0.2)
+        assert ended == [1] and seen.finished_early and stop_asked() and not seen.stopped
+        os.kill(os.getpid(), signal.SIGINT)   # a level that does not end: the second one stops it all
+        await asyncio.sleep(5)
+
+
+def test_a_first_ctrl_c_ends_the_level_and_a_second_stops_everything_at_once() -> None:
+    said: list[str] = []
+    ended: list[int] = []
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(_two_ctrl_c(said, ended))
+    assert ended == [1] and not stop_asked()
+    assert said == ["plateau: ending the level now (the requests in flight are cancelled, what finished is kept); "
+                    "Ctrl-C again to stop at once"]

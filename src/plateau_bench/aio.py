@@ -133,8 +133,8 @@ class Interrupts:
 
 @contextmanager
 def first_interrupt_finishes(announce: Callable[[str], None]) -> Iterator[Interrupts]:
-    """A first Ctrl-C ends the running level the way its stop rule would (nothing new sent, the requests
-    in flight drain), so it keeps its figures, and no level starts after it (``stop_asked``); a second
+    """A first Ctrl-C ends the running level at once (nothing new sent, the requests in flight cancelled,
+    not measured), so it keeps the figures of what finished, and no level starts after it (``stop_asked``); a second
     one cancels the calling task, which then raises ``KeyboardInterrupt`` as a plain Ctrl-C would (SIGTERM
     raises it at once: ``treat_sigterm_as_interrupt``). Call from inside the main task."""
     global _stop_asked
@@ -147,7 +147,8 @@ def first_interrupt_finishes(announce: Callable[[str], None]) -> Iterator[Interr
             seen.finished_early = _stop_asked = True
             for finish in list(_level_finishers):
                 finish()
-            announce("plateau: finishing the level with the requests in flight; Ctrl-C again to stop at once")
+            announce("plateau: ending the level now (the requests in flight are cancelled, what finished is kept); "
+                     "Ctrl-C again to stop at once")
             return
         seen.stopped = True
         if task is not None:

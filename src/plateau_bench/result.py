@@ -239,7 +239,8 @@ class LevelResult(msgspec.Struct, kw_only=True):
     gain: float | None = None                # output tok/s over the previous lower level's, minus 1
     goodput_rps: float | None = None         # requests/s meeting every --slo, per request (DistServe)
     cut_off_at_stop: int = 0                 # requests cancelled when the level was stopped
-    cancelled_at_end: int = 0                # in flight when the precision rule ended it: sent after the window
+    # In flight when the level ended without a drain (--no-drain at a precise stop, a first Ctrl-C): not measured.
+    cancelled_at_end: int = 0
     telemetry: ServerTelemetry = msgspec.field(default_factory=ServerTelemetry)
     client: ClientHealth = msgspec.field(default_factory=ClientHealth)
     gpu_note: str | None = None              # why local GPU telemetry is absent

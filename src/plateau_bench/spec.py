@@ -243,6 +243,7 @@ class LevelSpec(msgspec.Struct, frozen=True, kw_only=True):
     max_concurrency: int | None = None
     warmup: int = 0
     time_scale: float | None = None   # a trace replayed this many times faster (a rate level)
+    max_wall_s: float | None = None   # --max-level-time: the level ends this long after its start, drain included
 
     @property
     def label(self) -> str:
@@ -270,6 +271,8 @@ class LevelSpec(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"--num-requests must be > 0 (got {self.num_requests})")
         if self.duration_s is not None and not _positive(self.duration_s):
             raise ConfigError(f"--duration must be > 0 and finite (got {self.duration_s})")
+        if self.max_wall_s is not None and not _positive(self.max_wall_s):
+            raise ConfigError(f"--max-level-time must be > 0 and finite (got {self.max_wall_s})")
         if not _positive(self.burstiness):
             raise ConfigError(f"--burstiness must be > 0 and finite (got {self.burstiness})")
         if self.warmup < 0:

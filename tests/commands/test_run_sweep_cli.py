@@ -241,7 +241,8 @@ def _last_line_after_ctrl_c(proc: subprocess.Popen[bytes], err: bytes) -> str:
     assert proc.returncode == 130, err
     lines = err.decode().strip().splitlines()
     assert b"Traceback" not in err and len(lines) == 2, err
-    assert lines[0] == "plateau: finishing the level with the requests in flight; Ctrl-C again to stop at once"
+    assert lines[0] == ("plateau: ending the level now (the requests in flight are cancelled, what finished is kept); "
+                        "Ctrl-C again to stop at once")
     return lines[1]
 
 
@@ -270,27 +271,12 @@ def test_a_first_ctrl_c_ends_the_level_early_and_keeps_its_figures(tmp_path: Pat
         "plateau: interrupted (Ctrl-C): the level ended early, its figures cover what it ran"
     result = msgspec.json.decode((out / "result.json").read_bytes(), type=ResultFile)
     (level,) = result.levels
-    # The requests in flight drained: none failed, and every one sent has a record.
+    # The requests in flight were cancelled, not counted as failures; every one that finished has a record.
     assert level.completed > 0 and level.failed == 0 and level.output_throughput > 0
     assert level.completed == len((out / "requests.jsonl").read_text().splitlines())
-    assert any(n.startswith("ended early by Ctrl-C at ") for n in level.notes), level.notes
+    assert level.cancelled_at_end > 0   # four workers always have requests in flight
+    assert any(n.startswith("ended by Ctrl-C at ") for n in level.notes), level.notes
     assert b"tok/s" in stdout
-
-
-@pytest.mark.slow   # a real-time run against the embedded twin, 5-20 s
-@pytest.mark.timeout(120)
-def test_a_second_ctrl_c_stops_at_once_naming_the_records(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    # Long answers (the twin at a tenth of its speed), so the drain the first Ctrl-C starts lasts seconds.
-    proc = _run_until_records(out, "--output-len", "256", "--sim-speed", "0.1", size=100)
-    _ctrl_c(proc)
-    time.sleep(1.0)
-    _ctrl_c(proc)
-    _, err = proc.communicate(timeout=60)
-    last = _last_line_after_ctrl_c(proc, err)
-    assert "interrupted (Ctrl-C) before the level finished" in last and str(out / "requests.jsonl") in last
-    # The level has no figures: the result file holds the run's settings and no level.
-    assert msgspec.json.decode((out / "result.json").read_bytes(), type=ResultFile).levels == []
 
 
 @pytest.mark.slow   # a real-time sweep of the embedded twin, cut after its second level: 10-30 s
@@ -313,7 +299,7 @@ def test_a_first_ctrl_c_ends_a_sweep_after_the_level_it_ends_early(tmp_path: Pat
         f"plateau: interrupted (Ctrl-C): the sweep stopped after the level it ended early; its levels are saved "
         f"in {out} (continue with --resume {out})")
     result = msgspec.json.decode(saved.read_bytes(), type=ResultFile)
-    ended = [lv for lv in result.levels if any(n.startswith("ended early by Ctrl-C") for n in lv.notes)]
+    ended = [lv for lv in result.levels if any(n.startswith("ended by Ctrl-C") for n in lv.notes)]
     assert len(result.levels) >= 3 and ended == [result.levels[-1]], [lv.notes for lv in result.levels]
     assert ended[0].completed > 0 and ended[0].failed == 0
     assert result.stop_reason == f"stopped by Ctrl-C, which ended {ended[0].label} early"

@@ -10,7 +10,8 @@ import pytest
 
 from plateau_bench.analysis.health import summarize_health
 from plateau_bench.driver.health import HealthSampler
-from plateau_bench.driver.load import LoadProgress, run_level
+from plateau_bench.driver.load import run_level
+from plateau_bench.driver.load_state import LoadProgress
 from plateau_bench.errors import ErrorClass
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import ClientHealth
@@ -283,6 +284,60 @@ async def test_a_timed_level_whose_requests_never_answer_ends_on_time() -> None:
                               t0_ns=t1, finish=finish, grace_min_s=0.2)
     assert [r.error for r in stopped] == [ErrorClass.HUNG] * 4
     assert (time.monotonic_ns() - t1) / 1e9 < 0.3 + 0.3 + 1.0
+
+
+async def test_max_wall_s_ends_a_level_whose_requests_never_answer_at_the_bound() -> None:
+    """--max-level-time bounds a level that gets no answer: what was silent the whole level is hung then,
+    without waiting for the drain's grace period (5 s here) or the client's timeout."""
+    t0 = time.monotonic_ns()
+    sender = HangingSender(t0, 0.02, every=1)
+    progress = LoadProgress()
+    level = _level(mode="steady", concurrency=4, duration_s=0.4, max_wall_s=0.4)
+    records = await run_level(sender, PROMPTS, level, t0_ns=t0, progress=progress, grace_min_s=5.0)
+    took = (time.monotonic_ns() - t0) / 1e9
+    assert 0.4 <= took < 0.4 + 0.4
+    assert progress.wall_bound and len(records) == progress.sent == progress.hung == progress.hung_at_bound == 4
+    assert all(r.error == ErrorClass.HUNG for r in records) and sender.in_flight == 0
+
+
+async def test_answers_still_coming_at_the_bound_finish_and_count() -> None:
+    t0 = time.monotonic_ns()
+    sender = FakeSender(t0, 0.3)
+    progress = LoadProgress()
+    level = _level(mode="steady", concurrency=4, duration_s=5.0, max_wall_s=1.0)   # the bound comes first
+    records = await run_level(sender, PROMPTS, level, t0_ns=t0, progress=progress, grace_min_s=5.0)
+    assert progress.wall_bound and progress.hung == 0 and progress.cancelled_at_end == 0
+    assert len(records) == progress.sent and all(r.error is None for r in records)
+    assert max(r.sent_ns for r in records) <= 1.0e9 < max(r.end_ns for r in records)   # nothing sent after it
+
+
+class StreamingForeverSender(HangingSender):
+    """Every request streams a token every 50 ms and never ends (an answer longer than the level)."""
+
+    def partial_record(self, index: int, *, error: ErrorClass, detail: str) -> RequestRecord:
+        now = self.now()
+        return RequestRecord(index=index, worker=0, scheduled_ns=0, sent_ns=0, end_ns=now, first_token_ns=50_000_000,
+                             chunk_ns=[now - 50_000_000], chunk_tokens=[1], output_tokens=1, error=error,
+                             error_detail=detail)
+
+
+async def test_an_answer_still_streaming_at_the_bound_is_not_called_silent() -> None:
+    t0 = time.monotonic_ns()
+    progress = LoadProgress()
+    level = _level(mode="steady", concurrency=4, duration_s=0.4, max_wall_s=0.4)
+    records = await run_level(StreamingForeverSender(t0, 0.02, every=1), PROMPTS, level, t0_ns=t0, progress=progress,
+                              grace_min_s=0.2)
+    # Not hung by the bound on silence; the drain's own grace period ends them (nothing ever finished).
+    assert progress.hung_at_bound == 0 and progress.hung == len(records) == 4
+    assert all("grace period" in (r.error_detail or "") for r in records)
+
+
+async def test_a_level_that_ends_before_its_bound_is_not_cut() -> None:
+    t0 = time.monotonic_ns()
+    progress = LoadProgress()
+    level = _level(mode="steady", concurrency=2, num_requests=6, max_wall_s=30.0)
+    records = await run_level(FakeSender(t0, 0.02), PROMPTS, level, t0_ns=t0, progress=progress)
+    assert len(records) == 6 and not progress.wall_bound and progress.cancelled_at_end == 0
 
 
 async def test_a_burst_with_a_hung_request_ends_after_its_grace_period() -> None:

@@ -9,7 +9,8 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from plateau_bench.driver.load import LoadShare, run_level
+from plateau_bench.driver.load import run_level
+from plateau_bench.driver.load_state import LoadShare
 from plateau_bench.driver.split import (
     STREAMS_PER_WORKER,
     auto_workers,

@@ -284,3 +284,24 @@ def test_a_second_run_against_the_same_server_sends_new_prompts_unless_given_the
     assert rates[0] <= 0.02 and rates[1] <= 0.02, rates
     assert rates[2] >= 0.5, rates
     assert again.verdict is not None and again.verdict.constraint == "measurement", again.verdict
+
+
+@pytest.mark.slow   # a few seconds of real time against a twin whose every request hangs
+@pytest.mark.timeout(90)
+def test_max_level_time_bounds_a_level_whose_requests_never_finish(cli: Cli, tmp_path: Path) -> None:
+    """The level lasts --max-level-time, not the client's --timeout: what never answered is hung, not lost."""
+    from plateau_bench.sim.faults import FaultSpec
+
+    out = tmp_path / "hung"
+    with start_sim_server(get_preset("tiny"), faults=FaultSpec(hang=1.0)) as twin:
+        began = time.monotonic()
+        result = cli("sweep", "--url", twin.url, "--concurrency", "4", "--min-level-time", "1s",
+                     "--max-level-time", "3s", "--timeout", "600s", "--output-len", "16", "--quiet",
+                     "--out", str(out))
+        took = time.monotonic() - began
+    assert "Traceback" not in result.output
+    (level,) = load_result(out).levels
+    assert level.num_requests == level.failed == 4 and level.completed == 0
+    assert level.errors.get("hung") == 4 and level.wall_s <= 3.0 + 0.5
+    assert any("--max-level-time (3 s)" in n for n in level.notes), level.notes
+    assert took < 3.0 + 15.0   # start, analysis and saving; the old drain took 3 s more, the client 600 s

@@ -34,8 +34,16 @@ gets a failed record of class ``hung`` (with the tokens it streamed so far when 
 as the HTTP client can) and is cancelled. So every request sent ends as ok, failed or hung, and none vanishes.
 
 Ending at once: setting ``cancel`` (a steady level whose estimate is precise: its window ends before
-the oldest request in flight was sent) stops sending and cancels the requests in flight; they are
-counted in ``progress.cancelled_at_end`` and get no record (none of their tokens is in the window).
+the oldest request in flight was sent; or the user's first Ctrl-C) stops sending and cancels the requests
+in flight; they are counted in ``progress.cancelled_at_end`` and get no record (none of their tokens is in
+the window).
+
+The bound on silence: a level with ``max_wall_s`` (``--max-level-time``) stops sending then, and every
+request then silent for ``min(grace_min_s, max_wall_s)`` (no token since it was sent or since its last
+token, where the sender can tell; from then on, checked at every poll) is **hung** at once, whatever the
+grace period left: a server that stopped answering holds a level no longer than its bound. Answers still
+streaming finish: their tokens are the measurement (an answer may take longer than a level).
+``progress.wall_bound`` says the level reached its bound.
 
 Aborting: setting ``stop`` (the target is gone) ends the level at once: nothing new is sent,
 in-flight requests are cancelled and counted in ``progress.cancelled`` (they are not measurements).
@@ -59,10 +67,15 @@ import contextlib
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-import msgspec
-
+from plateau_bench.driver.load_state import (
+    LoadProgress,
+    LoadShare,
+    OnRecord,
+    PartialRecords,
+    Sender,
+)
 from plateau_bench.errors import ErrorClass
 from plateau_bench.records import RequestRecord
 from plateau_bench.spec import LevelSpec
@@ -76,51 +89,6 @@ GRACE_FACTOR = 2.0      # times the longest request finished so far
 _DRAIN_POLL_S = 0.25
 _TIMER_SLACK_NS = 1_500_000   # how early an event-loop timer may fire (uvloop: whole milliseconds)
 _OPEN_SESSION = -2            # open-loop conversations go as "workers" -2, -3, ... (closed-loop ones are 0, 1, ...)
-
-OnRecord = Callable[[RequestRecord], None]
-
-
-class Sender(Protocol):
-    """Sends one request and returns its record; per-request failures are on the record."""
-
-    async def send(self, *, index: int, prompt: str, prompt_tokens: int, max_tokens: int, scheduled_ns: int,
-                   worker: int = -1, warmup: bool = False) -> RequestRecord: ...
-
-
-@runtime_checkable
-class PartialRecords(Protocol):
-    """A sender that can say what a request still in flight has streamed so far (the HTTP client)."""
-
-    def partial_record(self, index: int, *, error: ErrorClass, detail: str) -> RequestRecord | None: ...
-
-
-@dataclass
-class LoadProgress:
-    """Live counters of one level, updated by the loop; read them for a progress view."""
-
-    phase: str = "warmup"      # "warmup" | "measure" | "done"
-    sent: int = 0
-    in_flight: int = 0
-    peak_in_flight: int = 0
-    completed: int = 0         # finished without error (warm-up included)
-    failed: int = 0
-    output_tokens: int = 0     # of finished requests
-    prompt_tokens: int = 0
-    unsent: int = 0            # open-loop arrivals dropped after the duration
-    cancelled: int = 0         # in-flight requests cut off by an abort (``stop``)
-    cancelled_at_end: int = 0  # in-flight requests cancelled by ``cancel`` (the precision rule's stop)
-    hung: int = 0              # still in flight when the drain's grace period ended
-    draining: bool = False
-
-
-class LoadShare(msgspec.Struct, frozen=True, kw_only=True):
-    """One load process's part of a level (see the module docstring); the default is the whole level."""
-
-    index_base: int = 0
-    index_stride: int = 1
-    worker_base: int = 0
-    arrivals: list[int] | None = None   # open loop: offsets (ns from the measured phase's start)
-
 
 @dataclass
 class _Pending:
@@ -223,6 +191,7 @@ class _LevelRun:
     async def run(self) -> list[RequestRecord]:
         watcher = asyncio.create_task(self._watch_stop()) if self.stop is not None else None
         canceller = asyncio.create_task(self._watch_cancel()) if self.cancel is not None else None
+        bound = asyncio.create_task(self._watch_wall_bound()) if self.level.max_wall_s is not None else None
         try:
             if self.level.warmup > 0:
                 width = min(self.level.concurrency or self.level.max_concurrency or self.level.warmup,
@@ -238,7 +207,7 @@ class _LevelRun:
                     await self._phase(self._closed_loop(self.level.concurrency, self.level.total_requests(),
                                                         deadline, warmup=False))
         finally:
-            for task in (watcher, canceller):
+            for task in (watcher, canceller, bound):
                 if task is not None:
                     task.cancel()
             await self._cancel_all()
@@ -265,7 +234,7 @@ class _LevelRun:
                 self._drain()
 
     def _finishing(self) -> bool:
-        return self._ran_out or (self.finish is not None and self.finish.is_set())
+        return self._ran_out or self.progress.wall_bound or (self.finish is not None and self.finish.is_set())
 
     def _sending_over(self) -> bool:
         if self._finishing():
@@ -287,6 +256,28 @@ class _LevelRun:
             return
         for index, pending in list(self._pending.items()):
             self._declare_hung(index, pending, now)
+
+    async def _watch_wall_bound(self) -> None:
+        """From ``max_wall_s`` on: nothing new is sent, and silent requests are hung (module docstring)."""
+        assert self.level.max_wall_s is not None
+        await asyncio.sleep(max(0.0, self.level.max_wall_s - self.now() / NS))
+        self.progress.wall_bound = True   # nothing more is sent (``_finishing``): the level drains from here
+        silence_ns = min(self.grace_min_ns, int(self.level.max_wall_s * NS))
+        while True:
+            now = self.now()
+            for index, pending in list(self._pending.items()):
+                if index not in self._hung and now - self._last_sign_of_life(index, pending) >= silence_ns:
+                    self.progress.hung_at_bound += 1
+                    self._declare_hung(index, pending, now)
+            await asyncio.sleep(_DRAIN_POLL_S)
+
+    def _last_sign_of_life(self, index: int, pending: _Pending) -> int:
+        """A request's last token, or its send when none came or the sender cannot tell."""
+        if isinstance(self.sender, PartialRecords):
+            partial = self.sender.partial_record(index, error=ErrorClass.HUNG, detail="")
+            if partial is not None and partial.chunk_ns:
+                return partial.chunk_ns[-1]
+        return pending.sent_ns
 
     def _declare_hung(self, index: int, pending: _Pending, now: int) -> None:
         self._hung.add(index)

@@ -258,6 +258,7 @@ class PoolOutcome:
     notes: list[str]
     clocks: list[WorkerClock] = field(default_factory=list)
     cancelled_at_end: int = 0   # in flight when the precision rule ended the level (one process only)
+    hung_at_bound: int = 0      # silent at --max-level-time, declared hung then
     prompts: PromptUse | None = None   # the processes' prompt counts, folded together
 
 
@@ -307,7 +308,7 @@ class PoolLevel:
 
     def _outcome(self) -> PoolOutcome:
         health: list[HealthSample] = []
-        notes, cancelled, lost = [], 0, 0
+        notes, cancelled, lost, hung_at_bound = [], 0, 0, 0
         prompts: PromptUse | None = None
         clocks = [WorkerClock(worker=w.number, node=w.node, offset_ns=w.offset_ns, rtt_ns=w.rtt_ns)
                   for w, _ in self.parts if w.rtt_ns is not None]
@@ -321,13 +322,14 @@ class PoolLevel:
             if part.outcome is not None:
                 health.extend(part.outcome.health)
                 cancelled += part.outcome.cancelled
+                hung_at_bound += part.outcome.hung_at_bound
                 if part.outcome.prompts is not None:
                     prompts = prompts or PromptUse()
                     prompts.add(part.outcome.prompts)
                 if part.outcome.error is not None:
                     raise RuntimeError(f"load worker {process.number} failed: {part.outcome.error}")
         return PoolOutcome(health=health, cancelled=cancelled, processes=len(self.parts), lost=lost, notes=notes,
-                           clocks=clocks, prompts=prompts)
+                           clocks=clocks, prompts=prompts, hung_at_bound=hung_at_bound)
 
 
 class WorkerPool:

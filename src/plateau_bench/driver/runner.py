@@ -25,7 +25,8 @@ from plateau_bench.aio import level_finisher, old_objects_frozen, stop_asked
 from plateau_bench.driver import kernel_tcp
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.health import HealthSampler
-from plateau_bench.driver.load import LoadProgress, Sender, run_level
+from plateau_bench.driver.load import run_level
+from plateau_bench.driver.load_state import LoadProgress, Sender
 from plateau_bench.driver.pool import PoolOutcome, WorkerPool
 from plateau_bench.driver.sessions import SessionPool, SessionSender
 from plateau_bench.driver.target import on_this_host
@@ -198,10 +199,10 @@ class HttpLevelRunner:
                        cancel if self.pool is None else None)
         asked_at_ns: list[int] = []
 
-        def finish_now() -> None:   # the user's first Ctrl-C (aio.first_interrupt_finishes)
-            if not finish.is_set():    # not already draining on the stop rule's word
-                asked_at_ns.append(time.monotonic_ns())
+        def finish_now() -> None:   # the user's first Ctrl-C (aio.first_interrupt_finishes): the level ends at once
+            asked_at_ns.append(time.monotonic_ns())
             finish.set()
+            (cancel if self.pool is None else abort).set()
             if progress is not None:
                 progress.draining = True
 
@@ -218,7 +219,8 @@ class HttpLevelRunner:
         return LevelRun(
             level=level, label=label, records=collect.records, server_samples=server_samples,
             gpu_samples=gpu_samples, dcgm_samples=dcgm_samples, health_samples=load.health,
-            notes=[*(dcgm.notes() if dcgm is not None else []), *load.notes, *_ended_early(asked_at_ns, t0)],
+            notes=[*(dcgm.notes() if dcgm is not None else []), *load.notes, *_ended_early(asked_at_ns, t0, load),
+                   *_wall_bound(level, load)],
             started_at=started_at,
             t0_monotonic_ns=t0, cut_off_at_stop=load.cancelled, cancelled_at_end=load.cancelled_at_end,
             target_gone=collect.refused >= DEAD_TARGET_FAILURES,
@@ -250,7 +252,7 @@ class HttpLevelRunner:
                 monitor.cancel()
                 health_samples = await health.stop()
         return PoolOutcome(health=health_samples, cancelled=load_progress.cancelled, processes=1, lost=0, notes=[],
-                           cancelled_at_end=load_progress.cancelled_at_end)
+                           cancelled_at_end=load_progress.cancelled_at_end, hung_at_bound=load_progress.hung_at_bound)
 
     async def _pooled(self, pool: WorkerPool, level: LevelSpec, t0: int, collect: _Collector, abort: asyncio.Event,
                       finish: asyncio.Event, watch: _Watch, key: LevelKey) -> PoolOutcome:
@@ -312,8 +314,15 @@ class _Watch:
                     progress.draining = True
 
 
-def _ended_early(asked_at_ns: list[int], t0_ns: int) -> list[str]:
+def _ended_early(asked_at_ns: list[int], t0_ns: int, load: PoolOutcome) -> list[str]:
     if not asked_at_ns:
         return []
-    return [f"ended early by Ctrl-C at {(asked_at_ns[0] - t0_ns) / 1e9:.1f} s: nothing was sent after it, and the "
-            "requests then in flight drained as at a level's end"]
+    return [f"ended by Ctrl-C at {(asked_at_ns[0] - t0_ns) / 1e9:.1f} s: nothing was sent after it, and the "
+            f"{load.cancelled_at_end + load.cancelled} request(s) then in flight were cancelled (not measured)"]
+
+
+def _wall_bound(level: LevelSpec, load: PoolOutcome) -> list[str]:
+    if not load.hung_at_bound or level.max_wall_s is None:
+        return []
+    return [f"{load.hung_at_bound} request(s) silent at --max-level-time ({level.max_wall_s:g} s) or after it were "
+            "declared hung then (no token for the grace period or the whole bound), not left to the client's timeout"]

@@ -22,7 +22,7 @@ import os
 
 import msgspec
 
-from plateau_bench.driver.load import LoadShare
+from plateau_bench.driver.load_state import LoadShare
 from plateau_bench.spec import LevelSpec
 from plateau_bench.units import NS
 from plateau_bench.workload.arrivals import iter_arrival_offsets_ns

@@ -80,6 +80,7 @@ class Batch(msgspec.Struct, tag="batch", kw_only=True):
 class LevelDone(msgspec.Struct, tag="done", kw_only=True):
     health: list[HealthSample] = msgspec.field(default_factory=list)
     cancelled: int = 0               # cut off by an abort
+    hung_at_bound: int = 0           # silent at --max-level-time, declared hung then
     prompts: PromptUse | None = None  # what this process's part took as prompts
     error: str | None = None         # the process's part of the level broke (not a failed request)
 

@@ -27,7 +27,8 @@ from plateau_bench.aio import loop_name, old_objects_frozen
 from plateau_bench.aio import run as run_async
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.health import HealthSampler
-from plateau_bench.driver.load import LoadProgress, run_level
+from plateau_bench.driver.load import run_level
+from plateau_bench.driver.load_state import LoadProgress
 from plateau_bench.driver.wire import (
     Abort,
     Batch,
@@ -135,7 +136,8 @@ async def run_part(setup: Setup, order: RunLevel, outbox: Outbox, finish: asynci
                 feed.close()
                 samples = await health.stop()
     outbox.flush()
-    return LevelDone(health=samples, cancelled=progress.cancelled, error=error, prompts=feed.use())
+    return LevelDone(health=samples, cancelled=progress.cancelled, hung_at_bound=progress.hung_at_bound,
+                     error=error, prompts=feed.use())
 
 
 def outcome_of(task: asyncio.Task[LevelDone]) -> LevelDone:

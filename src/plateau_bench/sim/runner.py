@@ -7,8 +7,9 @@ Steady levels end the way the HTTP runner ends them: the level is simulated up t
 allowed time, then the precision rule is replayed every ``check_s`` of virtual time on the records
 finished by then; at the first check where it is satisfied nothing more is sent: requests sent after
 that moment are dropped. Those in flight drain, as an HTTP level lets them, and the end of the drain
-is the level's cost in benchmark seconds; under ``--no-drain`` (``may_cancel_in_flight``) a level
-stopped on its interval cancels them instead, and the check time is its cost. Without a
+is the level's cost in benchmark seconds (an answer the twin streams is never silent, so ``max_wall_s``
+ends nothing here); under ``--no-drain`` (``may_cancel_in_flight``) a level stopped on its interval
+cancels them instead, and the check time is its cost. Without a
 precision rule a steady level lasts its own duration or, when it has none, ``steady_s`` or four
 end-to-end latencies of the previous level scaled to this concurrency, whichever is longer.
 """

@@ -215,11 +215,12 @@ def saved_spec(level: LevelResult, limits: SweepLimits) -> LevelSpec:
     """The spec of a level saved by an earlier run of the sweep (resume), as the plans build it."""
     w, t = limits.warmup, limits.max_level_s
     if level.mode == "rate":
-        return LevelSpec(mode="rate", rate=level.rate, duration_s=t, warmup=w, burstiness=limits.burstiness)
+        return LevelSpec(mode="rate", rate=level.rate, duration_s=t, warmup=w, burstiness=limits.burstiness,
+                         max_wall_s=t)
     if level.mode == "burst":
         c = level.concurrency or 1
         return LevelSpec(mode="burst", concurrency=c, num_requests=max(level.num_requests, c), warmup=w)
-    return LevelSpec(mode="steady", concurrency=level.concurrency, duration_s=t, warmup=w)
+    return LevelSpec(mode="steady", concurrency=level.concurrency, duration_s=t, warmup=w, max_wall_s=t)
 
 
 def _decision_rule(ctx: _Context, spec: LevelSpec, phase: str) -> StopRule | None:

@@ -196,7 +196,8 @@ class ConcurrencyPlan(PlanDefaults):
     def _step(self, c: int, phase: str, reason: str) -> Step:
         w = self.limits.warmup
         level = (LevelSpec(mode="burst", concurrency=c, num_requests=c, warmup=w) if self.mode == "burst"
-                 else LevelSpec(mode="steady", concurrency=c, duration_s=self.limits.max_level_s, warmup=w))
+                 else LevelSpec(mode="steady", concurrency=c, duration_s=self.limits.max_level_s, warmup=w,
+                                 max_wall_s=self.limits.max_level_s))
         return Step(level, level.label, phase, reason)
 
     def widest(self) -> int:
@@ -243,7 +244,7 @@ class RatePlan(PlanDefaults):
 
     def _steady(self, c: int, phase: str) -> Step:
         level = LevelSpec(mode="steady", concurrency=c, duration_s=self.limits.max_level_s,
-                          warmup=self.limits.warmup)
+                          warmup=self.limits.warmup, max_wall_s=self.limits.max_level_s)
         return Step(level, f"{phase} {level.label}", phase, phase)
 
     def rate_grid(self, levels: Sequence[LevelResult]) -> list[float] | None:
@@ -276,7 +277,7 @@ class RatePlan(PlanDefaults):
         if rate is None:
             return Step(None, reason="rate sweep finished")
         level = LevelSpec(mode="rate", rate=rate, burstiness=self.burstiness, duration_s=self.limits.max_level_s,
-                          warmup=self.limits.warmup)
+                          warmup=self.limits.warmup, max_wall_s=self.limits.max_level_s)
         return Step(level, level.label, "rate", "open-loop rate")
 
     def widest(self) -> int:
@@ -335,11 +336,12 @@ class SloSearchPlan(PlanDefaults):
     def _step(self, load: float, reason: str) -> Step:
         w, t = self.limits.warmup, self.limits.max_level_s
         if self.open_loop:
-            level = LevelSpec(mode="rate", rate=round(load, 4), burstiness=self.burstiness, duration_s=t, warmup=w)
+            level = LevelSpec(mode="rate", rate=round(load, 4), burstiness=self.burstiness, duration_s=t, warmup=w,
+                              max_wall_s=t)
         elif self.mode == "burst":
             level = LevelSpec(mode="burst", concurrency=int(load), num_requests=int(load), warmup=w)
         else:
-            level = LevelSpec(mode="steady", concurrency=int(load), duration_s=t, warmup=w)
+            level = LevelSpec(mode="steady", concurrency=int(load), duration_s=t, warmup=w, max_wall_s=t)
         return Step(level, level.label, "find", reason)
 
     def _narrow_enough(self, lo: float, hi: float) -> bool:

@@ -27,6 +27,7 @@ import numpy as np
 
 from plateau_bench.errors import ErrorClass
 from plateau_bench.records import TOKEN_SOURCE_SIM, RequestRecord
+from plateau_bench.sim.budget import check_level_size
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.engine import Engine, EngineState, RequestRejected, SimRequest, StepRecord
 from plateau_bench.sim.prefix_keys import SharedPrefixKeys
@@ -266,6 +267,7 @@ def simulate_level(
     """
     level.validate()
     workload.validate()
+    check_level_size(config, level, workload, chunks=chunks, arrivals=None if offsets_ns is None else len(offsets_ns))
     # The run allocates a few objects per simulated request and frees almost none until it ends,
     # so the cyclic collector would rescan a growing heap again and again for nothing (it cost
     # ~40 % of the run); nothing here creates reference cycles except driver <-> engine, broken below.

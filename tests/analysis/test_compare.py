@@ -12,6 +12,7 @@ from plateau_bench.analysis.crossover import Curve, find_crossovers, interpolate
 from plateau_bench.analysis.slo import parse_slo
 from plateau_bench.errors import ConfigError, ResultsError
 from plateau_bench.result import Latency, LevelResult, RunSpec
+from plateau_bench.result_parts import Interval, RepeatStats
 
 from support.builders import level_result, request_record
 
@@ -288,3 +289,46 @@ def test_an_unknown_endpoint_is_no_difference() -> None:
                                                          target={"url": "http://x", "endpoint": "chat"}))
     twin = run("twin", [1.0, 2.0], grid=(1, 2), spec=spec(workload=workload))
     assert compare_runs([real, twin]).warnings == ()
+
+
+GRID5 = (4, 8, 16, 32, 64)
+
+
+def repeated(name: str, means: Sequence[float], half: float, grid: Sequence[int] = GRID5) -> Curve:
+    """A run measured three times per level: the repeats' mean tok/s, +- ``half`` (the 95 % interval); its
+    first repeat's own figure is off by 30 %, as one noisy run can be."""
+    levels = tuple(msgspec.structs.replace(
+        level(c, 1.3 * m), repeat_stats=RepeatStats(n=3, output_throughput=Interval(mean=m, low=m - half,
+                                                                                   high=m + half, n=3)))
+        for c, m in zip(grid, means, strict=True))
+    return Curve(name, levels)
+
+
+def test_with_repeats_a_crossover_has_the_interval_where_neither_leads_beyond_the_noise() -> None:
+    a = repeated("a", [1000, 1400, 1600, 1700, 1750], half=50)
+    b = repeated("b", [800, 1200, 1600, 2000, 2400], half=50)
+    pair = find_crossovers(a, b)
+    assert pair.noise == "3 repeats"
+    (x,) = pair.crossovers
+    assert (x.leader_below, x.leader_above) == ("a", "b") and x.concurrency == 16.0
+    assert x.interval is not None
+    low, high = x.interval
+    assert 8 < low < 16 < high < 32   # the leads are real at 8 and at 32, not at 16
+    # The curves are the repeats' means, not the first repeat's own figures (which read 30 % high).
+    assert a.at(8) == 1400
+    # Wider intervals, a wider crossover interval around the same crossing.
+    wide = find_crossovers(repeated("a", [1000, 1400, 1600, 1700, 1750], half=120),
+                           repeated("b", [800, 1200, 1600, 2000, 2400], half=120)).crossovers[0]
+    assert wide.interval is not None and wide.interval[0] < low and wide.interval[1] > high
+
+
+def test_with_repeats_runs_within_each_others_intervals_are_not_distinguishable_anywhere() -> None:
+    a = repeated("a", [1000, 1400, 1600, 1700, 1750], half=150)
+    b = repeated("b", [1100, 1300, 1650, 1600, 1800], half=150)
+    pair = find_crossovers(a, b)
+    assert pair.crossovers == () and pair.leader_low is None and pair.leader_high is None
+    # Judged by each run's first repeat alone (no interval), the same runs would cross: the repeats decide.
+    plain_a = Curve("a", tuple(level(c, m) for c, m in zip(GRID5, [1000, 1400, 1600, 1700, 1750], strict=True)))
+    plain_b = Curve("b", tuple(level(c, m) for c, m in zip(GRID5, [1100, 1300, 1650, 1600, 1800], strict=True)))
+    alone = find_crossovers(plain_a, plain_b)
+    assert alone.crossovers and all(x.interval is None for x in alone.crossovers)   # no noise stated

@@ -104,9 +104,9 @@ COMPARE_JSON_KEYS: dict[str, set[str]] = {
     "runs[].knee": {"concurrency", "throughput", "bracket", "reached"},
     "aligned[]": {"concurrency", "runs"},
     "aligned[].runs.*": {"output_throughput", "measured"},
-    "pairs[]": {"runs", "common_range", "crossovers", "leader_low", "leader_high"},
+    "pairs[]": {"runs", "common_range", "crossovers", "leader_low", "leader_high", "noise"},
     "pairs[].crossovers[]": {"runs", "leader_below", "leader_above", "concurrency", "bracket", "throughput",
-                             "per_user_tok_s"},
+                             "per_user_tok_s", "interval"},
     "slo[]": {"slo", "winner", "runs"},
     "slo[].runs[]": {"run", "max_concurrency", "max_throughput", "best_concurrency", "best_throughput", "levels"},
     "slo[].runs[].levels[]": {"concurrency", "meets", "goodput_rps", "goodput_source", "output_throughput"},
@@ -279,7 +279,8 @@ def test_comparison_lines_golden() -> None:
 def test_lines_for_ties_disjoint_ranges_and_warnings() -> None:
     same = [_level(c, 100.0 * c) for c in (1, 2, 4)]
     tie = compare_runs([RunData("a", tuple(same)), RunData("b", tuple(same))])
-    assert comparison_lines(tie) == ["No crossover: a and b deliver the same throughput over C=1..4.",
+    assert comparison_lines(tie) == ["No crossover: a and b deliver the same throughput over C=1..4, not "
+                                     "distinguishable at any C (every difference within the levels' 95 % CIs).",
                                      NO_REPEATS.format(a="a", b="b")]
     apart = compare_runs([RunData("lo", (_level(1, 1.0), _level(2, 2.0))),
                           RunData("hi", (_level(8, 3.0), LevelResult(label="C=16", mode="steady", concurrency=16,

@@ -92,17 +92,25 @@ def pair_lines(pair: PairResult) -> list[str]:
     if pair.common_range is None:
         return [f"No crossover: {a} and {b} share no measured concurrency range."]
     lo, hi = pair.common_range
+    noise = _noise_words(pair.noise)
     if not pair.crossovers:
         if pair.leader_low is None:
-            return [f"No crossover: {a} and {b} deliver the same throughput over C={lo}..{hi}."]
+            return [f"No crossover: {a} and {b} deliver the same throughput over C={lo}..{hi}, not distinguishable "
+                    f"at any C (every difference within {noise})."]
         return [f"No crossover over C={lo}..{hi}: {pair.leader_low} leads throughout."]
     out = []
     for x in pair.crossovers:
         lo_c, hi_c = x.bracket
         where = f"at measured C={lo_c}" if lo_c == hi_c else f"between measured {lo_c} and {hi_c}"
+        interval = "" if x.interval is None else f"C~{_conc(x.interval[0])}..{_conc(x.interval[1])} within {noise}; "
         out.append(f"Crossover: {x.leader_above} overtakes {x.leader_below} at C~{_conc(x.concurrency)} ({where}; "
-                   f"{x.throughput:,.0f} tok/s, {x.per_user_tok_s:,.1f} tok/s per user).")
+                   f"{interval}{x.throughput:,.0f} tok/s, {x.per_user_tok_s:,.1f} tok/s per user).")
     return out
+
+
+def _noise_words(noise: str) -> str:
+    """``PairResult.noise`` as the words after "within"."""
+    return "the levels' 95 % CIs" if noise == "level CIs" else f"the 95 % intervals over {noise}"
 
 
 def slo_line(res: SloResult) -> str:

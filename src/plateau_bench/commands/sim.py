@@ -223,6 +223,7 @@ class ServeFlags(OptionGroup, frozen=True, kw_only=True):
     backlog: Annotated[int, typer.Option("--backlog", help="Listen backlog: new connections the kernel holds "
                                          "before they are accepted (capped by net.core.somaxconn); a burst of "
                                          "more overflows it and waits on SYN retries.")] = 4096
+    tokenizer: o.Tokenizer = None   # prompts counted with it, as a server counts them (default: one word, one token)
 
     def options(self) -> ServeOptions:
         """The validated serving options."""
@@ -238,7 +239,7 @@ class ServeFlags(OptionGroup, frozen=True, kw_only=True):
         options = ServeOptions(speed=self.speed, metrics=not self.no_metrics,
                                reject_when_waiting=self.reject_when_waiting, reject_status=self.reject_status,
                                faults=parse_faults(self.faults) if self.faults else None,
-                               faults_seed=self.faults_seed, backlog=self.backlog)
+                               faults_seed=self.faults_seed, backlog=self.backlog, tokenizer=self.tokenizer)
         options.validate()
         return options
 

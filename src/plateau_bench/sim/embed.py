@@ -34,6 +34,7 @@ from plateau_bench.errors import ConfigError
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.faults import FaultSpec
 from plateau_bench.sim.server import LISTEN_BACKLOG, MAX_BACKLOG, SimServer, raise_open_files
+from plateau_bench.sim.tokens import TwinTokenizer
 
 READY_TIMEOUT_S = 30.0
 
@@ -48,6 +49,7 @@ class ServeOptions(msgspec.Struct, frozen=True, kw_only=True):
     faults: FaultSpec | None = None
     faults_seed: int = 0
     backlog: int = LISTEN_BACKLOG
+    tokenizer: str | None = None   # a Hugging Face tokenizer to count prompts with (default: words)
 
     def validate(self) -> None:
         if self.speed <= 0:
@@ -56,11 +58,14 @@ class ServeOptions(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"--backlog must be between 1 and {MAX_BACKLOG:,} (got {self.backlog})")
         if self.faults is not None:
             self.faults.validate()
+        if self.tokenizer is not None:
+            TwinTokenizer(self.tokenizer)   # loads it: a file that is not a tokenizer fails here, in one line
 
     def server(self, config: EngineConfig) -> SimServer:
         return SimServer(config, speed=self.speed, metrics=self.metrics,
                          reject_when_waiting=self.reject_when_waiting, reject_status=self.reject_status,
-                         faults=self.faults, faults_seed=self.faults_seed, backlog=self.backlog)
+                         faults=self.faults, faults_seed=self.faults_seed, backlog=self.backlog,
+                         tokenizer=TwinTokenizer(self.tokenizer))
 
 
 def _bind_error(exc: OSError, host: str, port: int) -> ConfigError:
@@ -130,14 +135,14 @@ class _ProcessStopper(_Stopper):
 def start_sim_server(config: EngineConfig, *, host: str = "127.0.0.1", port: int = 0, speed: float = 1.0,
                      metrics: bool = True, reject_when_waiting: int | None = None,
                      reject_status: int = 429, in_process: bool = False, faults: FaultSpec | None = None,
-                     faults_seed: int = 0) -> SimServerHandle:
+                     faults_seed: int = 0, tokenizer: str | None = None) -> SimServerHandle:
     """Start the twin's HTTP server in the background; ``port=0`` picks a free port.
 
     ``faults`` makes some requests fail on purpose (see ``plateau_bench.sim.faults``).
     """
     config.validate()
     options = ServeOptions(speed=speed, metrics=metrics, reject_when_waiting=reject_when_waiting,
-                           reject_status=reject_status, faults=faults, faults_seed=faults_seed)
+                           reject_status=reject_status, faults=faults, faults_seed=faults_seed, tokenizer=tokenizer)
     options.validate()
     if in_process:
         return _start_thread(config, options, host, port)

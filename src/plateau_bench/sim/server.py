@@ -37,7 +37,7 @@ from plateau_bench.sim.probe import Probe
 from plateau_bench.sim.prom import SimMetrics
 from plateau_bench.sim.replicas import ReplicaSet, parse_balancer
 from plateau_bench.sim.responses import Framing, Stream, stream_tokens, whole_answer
-from plateau_bench.sim.tokens import count_tokens, messages_text, output_text, prompt_text, token_ids
+from plateau_bench.sim.tokens import TwinTokenizer, messages_text, output_text, prompt_text
 
 _DEFAULT_COMPLETION_MAX_TOKENS = 16   # the OpenAI/vLLM default for /v1/completions
 # aiohttp listens with a backlog of 128: a burst of C=4096 new connections overflows it, and each
@@ -97,8 +97,9 @@ class SimServer:
     def __init__(self, config: EngineConfig, *, speed: float = 1.0, metrics: bool = True,
                  reject_when_waiting: int | None = None, reject_status: int = 429,
                  min_tick_s: float = 0.002, faults: FaultSpec | None = None, faults_seed: int = 0,
-                 backlog: int = LISTEN_BACKLOG) -> None:
+                 backlog: int = LISTEN_BACKLOG, tokenizer: TwinTokenizer | None = None) -> None:
         self.config = config
+        self.tokenizer = tokenizer or TwinTokenizer()
         self.speed = speed
         self.reject_when_waiting = reject_when_waiting
         self.reject_status = reject_status
@@ -223,9 +224,9 @@ class SimServer:
         if prompt is None:
             return error_response(400, "`prompt` must be a string, a list with one string, or token ids.")
         ids = prompt if isinstance(prompt, list) else None
-        n_prompt = len(prompt) if isinstance(prompt, list) else count_tokens(prompt)
+        n_prompt = len(prompt) if isinstance(prompt, list) else self.tokenizer.count(prompt)
         return await self._generate(request, body, n_prompt, chat=False,
-                                    prompt_ids=(lambda: ids if ids is not None else token_ids(str(prompt))))
+                                    prompt_ids=(lambda: ids if ids is not None else self.tokenizer.ids(str(prompt))))
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await self._read_json(request)
@@ -234,8 +235,8 @@ class SimServer:
         text = messages_text(body.get("messages"))
         if text is None:
             return error_response(400, "`messages` must be a non-empty list of messages with text content.")
-        return await self._generate(request, body, count_tokens(text), chat=True,
-                                    prompt_ids=lambda: token_ids(text))
+        return await self._generate(request, body, self.tokenizer.count(text), chat=True,
+                                    prompt_ids=lambda: self.tokenizer.ids(text))
 
     def _max_tokens(self, body: dict[str, Any], n_prompt: int, chat: bool) -> int | str:
         value = body.get("max_completion_tokens", body.get("max_tokens")) if chat else body.get("max_tokens")
@@ -269,7 +270,7 @@ class SimServer:
         if prompt_ids is not None and self.config.prefix_caching:
             # The answer's words are known from the request number: its blocks are cached too, so
             # the next turn of a conversation (prompt + this answer + more) finds them.
-            ids = prompt_ids() + token_ids(output_text(req.rid, 0, max_tokens))
+            ids = prompt_ids() + self.tokenizer.ids(output_text(req.rid, 0, max_tokens))
             self.engine.set_block_hashes(req, block_hashes(ids, self.config.block_size))
         stream = Stream(req)
         self._streams[req.rid] = stream
@@ -322,7 +323,7 @@ class SimServer:
             text = prompt if isinstance(prompt, str) else None
         if text is None:
             return error_response(400, "`prompt` (a string) or `messages` is required.")
-        tokens = token_ids(text)
+        tokens = self.tokenizer.ids(text)
         return web.json_response({"tokens": tokens, "count": len(tokens),
                                   "max_model_len": self.config.max_model_len})
 

@@ -1,8 +1,11 @@
-"""The twin's tokenizer: one whitespace-separated word is one token.
+"""The twin's tokenizer: one whitespace-separated word is one token, or a real one (``TwinTokenizer``).
 
-Exact and trivially fast, so a prompt's count is known to the client and to the server alike:
+Words are exact and trivially fast, so a prompt's count is known to the client and to the server alike:
 ``/tokenize`` returns the same number as ``usage.prompt_tokens``. Token ids are a stable hash of
-the word (CRC-32 modulo a 32k vocabulary), for clients that want ids. Generated text is made of
+the word (CRC-32 modulo a 32k vocabulary), for clients that want ids. Given a Hugging Face tokenizer
+(``serve-sim --tokenizer``, or the client's ``--tokenizer`` for the embedded twin) the twin counts
+and hashes prompts with it instead, as a server does: a client that counts with that tokenizer sees
+``usage.prompt_tokens`` equal to what it sent, and shared prefixes share token ids. Generated text is made of
 words too, each with a leading space, so the text of ``n`` tokens splits into ``n`` words.
 Chat requests count the words of every message's text content (no template tokens are added).
 """
@@ -29,6 +32,22 @@ def count_tokens(text: str) -> int:
 
 def token_ids(text: str) -> list[int]:
     return [zlib.crc32(w.encode()) % VOCAB_SIZE for w in text.split()]
+
+
+class TwinTokenizer:
+    """How the twin's server reads a prompt: words (``path`` None) or the tokenizer at ``path``."""
+
+    def __init__(self, path: str | None = None) -> None:
+        from plateau_bench.workload.tokens import LocalTokenizer
+
+        self.path = path
+        self._local = LocalTokenizer.load(path) if path else None
+
+    def count(self, text: str) -> int:
+        return count_tokens(text) if self._local is None else self._local.count_text(text)
+
+    def ids(self, text: str) -> list[int]:
+        return token_ids(text) if self._local is None else self._local.encode(text)
 
 
 def prompt_text(body: dict[str, Any]) -> str | list[int] | None:

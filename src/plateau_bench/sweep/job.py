@@ -108,7 +108,7 @@ async def run_job(job: Job, view: AbstractContextManager[JobView] | None = None)
     from plateau_bench.sweep.session import PROBE_PROMPTS, measure, metrics_url_for, prepare, target_url
 
     plan = job.plan
-    async with target_url(job.url, job.twin.preset, job.twin.speed) as (base_url, twin):
+    async with target_url(job.url, job.twin.preset, job.twin.speed, job.workload.tokenizer) as (base_url, twin):
         requests = plan.prompts_to_prepare()
         prepared = await prepare(job.target(base_url), job.workload,
                                  PROBE_PROMPTS if requests is None else requests, sends=plan.sends(),

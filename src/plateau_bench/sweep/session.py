@@ -79,8 +79,10 @@ class Prepared:
 
 
 @contextlib.asynccontextmanager
-async def target_url(url: str | None, preset: str, speed: float) -> AsyncIterator[tuple[str, TwinInfo | None]]:
-    """The given URL, or (``url`` is None) the simulated engine started on a free local port."""
+async def target_url(url: str | None, preset: str, speed: float,
+                     tokenizer: str | None = None) -> AsyncIterator[tuple[str, TwinInfo | None]]:
+    """The given URL, or (``url`` is None) the simulated engine started on a free local port, counting
+    prompts with the client's ``tokenizer`` when it has one (as the server the client's tokenizer is for)."""
     if url is not None:
         if not url.strip():
             raise ConfigError("--url is empty (an unset variable?): give the endpoint, or leave --url out "
@@ -90,7 +92,8 @@ async def target_url(url: str | None, preset: str, speed: float) -> AsyncIterato
     from plateau_bench.sim.embed import start_sim_server
     from plateau_bench.sim.presets import get_preset
 
-    handle = await asyncio.to_thread(start_sim_server, get_preset(preset), host="127.0.0.1", port=0, speed=speed)
+    handle = await asyncio.to_thread(start_sim_server, get_preset(preset), host="127.0.0.1", port=0, speed=speed,
+                                     tokenizer=tokenizer)
     try:
         yield handle.url, TwinInfo(preset=preset, speed=speed)
     finally:

@@ -31,10 +31,31 @@ class LevelFit(msgspec.Struct, frozen=True, kw_only=True):
     measured_ms: float             # mean TPOT (or TTFT for the prompt's row)
     fitted_ms: float
     metric: str = "tpot"           # tpot | ttft
+    held_out_ms: float | None = None   # predicted by the fit without this level (None: that fit cannot be made)
+    held_out_sweep_ms: float | None = None   # ... without this level's whole sweep (several sweeps only)
 
     @property
     def residual(self) -> float:
         return self.fitted_ms / self.measured_ms - 1.0
+
+    @property
+    def held_out_error(self) -> float | None:
+        return None if self.held_out_ms is None else self.held_out_ms / self.measured_ms - 1.0
+
+    @property
+    def held_out_sweep_error(self) -> float | None:
+        return None if self.held_out_sweep_ms is None else self.held_out_sweep_ms / self.measured_ms - 1.0
+
+
+class CrossValidation(msgspec.Struct, frozen=True, kw_only=True):
+    """How well the fit predicts what it was not fitted on: relative errors of mean TPOT, held out."""
+
+    folds: int = 0                          # levels predicted by a fit without them
+    median_abs_error: float | None = None   # leave one level out
+    worst_error: float | None = None        # signed: the largest in magnitude
+    sweep_folds: int = 0                    # sweeps predicted by a fit without them (several sweeps only)
+    sweep_median_abs_error: float | None = None
+    sweep_worst_error: float | None = None
 
 
 class EngineModel(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,6 +88,7 @@ class CalibratedModel(msgspec.Struct, kw_only=True):
     input_len: float               # mean lengths of the calibration levels
     output_len: float
     notes: list[str] = msgspec.field(default_factory=list)
+    cross_validation: CrossValidation | None = None
 
     def parameter(self, name: str) -> Parameter:
         return next(p for p in self.parameters if p.name == name)

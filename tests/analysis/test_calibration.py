@@ -154,3 +154,33 @@ def test_a_sweep_stalled_throughout_is_refused_in_one_line_naming_the_stall() ->
     with pytest.raises(ResultsError, match="load generator stalled") as err:
         calibrate([_lagging(sweep("seed-a-tp8ep", 128), 900.0)])
     assert "\n" not in str(err.value) and "C=1, C=16" in str(err.value)
+
+
+@pytest.mark.slow   # two virtual-time sweeps, ~10 s
+def test_cross_validation_predicts_each_level_and_sweep_without_it() -> None:
+    """Leave one level out, then one sweep out: each held-out TPOT is what the fit without it predicts (the
+    twin fitting itself: within a few per cent), and a held-out level's figure is not its in-sample one."""
+    from plateau_bench.analysis.calibration import _rows, fit_step
+
+    short, long = sweep("llama-8b-h100", 128), sweep("llama-8b-h100", 4096)
+    model = calibrate([short, long])
+    cv = model.cross_validation
+    assert cv is not None and cv.folds == sum(lv.metric == "tpot" for lv in model.levels) >= 8
+    assert cv.sweep_folds == 2
+    assert cv.median_abs_error is not None and cv.median_abs_error < 0.05
+    assert cv.sweep_median_abs_error is not None and cv.sweep_worst_error is not None
+    # Held out by hand for one level: the same figure.
+    rows = _rows(short) + _rows(long)
+    target = next(r for r in rows if r.metric == "tpot" and r.run == long.name)
+    coef, _, _ = fit_step([r for r in rows if r is not target])
+    fit = next(lv for lv in model.levels if lv.run == long.name and lv.label == target.label and lv.metric == "tpot")
+    assert fit.held_out_ms == pytest.approx(float(coef @ target.x) * 1e3)
+    assert fit.held_out_ms != pytest.approx(fit.fitted_ms, rel=1e-9)
+    assert all(lv.held_out_ms is None for lv in model.levels if lv.metric == "ttft")   # the prompt's row stays in
+
+
+@pytest.mark.slow   # a virtual-time sweep, a second or more
+def test_one_sweep_has_no_sweep_folds() -> None:
+    model = calibrate([sweep("seed-a-tp8ep", 128, grid=(1, 16, 64, 128))])
+    assert model.cross_validation is not None and model.cross_validation.sweep_folds == 0
+    assert model.cross_validation.sweep_median_abs_error is None

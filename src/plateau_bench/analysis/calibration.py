@@ -19,7 +19,13 @@ What a sweep cannot identify is said, not guessed: with one context length ``c*B
 with ``a*B``, so ``c`` is folded into ``a`` (fixed at 0) and the note says to sweep a second
 prompt length (``plateau calibrate RUN_A RUN_B`` fits several sweeps of one deployment together);
 with a single decoding batch nothing separates ``t0`` from ``a`` and the calibration is refused.
-A coefficient the fit makes negative is fixed at 0 and the rest refitted. The admission cap comes
+A coefficient the fit makes negative is fixed at 0 and the rest refitted.
+
+How far to trust it is measured, not assumed: every level's mean TPOT is predicted by the same fit made
+without that level (leave one level out) and, with several sweeps, without its whole sweep (leave one
+sweep out); their median and worst errors are the calibration's error bar (``CrossValidation``). A fold
+whose remaining levels cannot be fitted (a single decoding batch left) predicts nothing and is not
+counted. The admission cap comes
 from the diagnosis (or the server's stated limit), the KV capacity from ``/metrics`` (or, client
 alone, a lower bound: the most sequences seen decoding at once, at their full length), the policy
 from the engine (SGLang schedules prefill first).
@@ -36,8 +42,8 @@ from plateau_bench.analysis.diagnosis_client import STALL_MS
 from plateau_bench.analysis.diagnosis_common import mean_lengths
 from plateau_bench.analysis.roofline_place import decode_batch
 from plateau_bench.answers import CalibratedModel as CalibratedModel  # re-exported: the fit's result
+from plateau_bench.answers import CrossValidation, LevelFit
 from plateau_bench.answers import EngineModel as EngineModel
-from plateau_bench.answers import LevelFit as LevelFit
 from plateau_bench.answers import Parameter as Parameter
 from plateau_bench.errors import ResultsError
 from plateau_bench.result import LevelResult, ResultFile
@@ -203,6 +209,43 @@ def fit_step(rows: list[_Row]) -> tuple[np.ndarray, np.ndarray | None, dict[str,
     return coef, errors, fixed
 
 
+def _held_out(rows: list[_Row], target: _Row, *, whole_sweep: bool) -> float | None:
+    """``target``'s step in ms as predicted by the fit without it (or without its sweep); None when the
+    rest cannot be fitted."""
+    rest = [r for r in rows if (r.run != target.run if whole_sweep else r is not target)]
+    try:
+        coef, _, _ = fit_step(rest)
+    except ResultsError:
+        return None
+    return float(np.dot(coef, target.x)) * 1e3
+
+
+def _cross_validate(rows: list[_Row]) -> tuple[list[LevelFit], CrossValidation]:
+    """Every TPOT row predicted without itself and, with several sweeps, without its sweep."""
+    several = len({r.run for r in rows}) > 1
+    fits = []
+    for row in rows:
+        tpot = row.metric == "tpot"
+        fits.append(LevelFit(run=row.run, label=row.label, batch=row.batch, measured_ms=row.y * 1e3,
+                             fitted_ms=0.0, metric=row.metric,
+                             held_out_ms=_held_out(rows, row, whole_sweep=False) if tpot else None,
+                             held_out_sweep_ms=_held_out(rows, row, whole_sweep=True) if tpot and several else None))
+    by_level = [f.held_out_error for f in fits if f.held_out_error is not None]
+    by_sweep = [f.held_out_sweep_error for f in fits if f.held_out_sweep_error is not None]
+    return fits, CrossValidation(
+        folds=len(by_level), median_abs_error=_median_abs(by_level), worst_error=_worst(by_level),
+        sweep_folds=len({f.run for f in fits if f.held_out_sweep_error is not None}),
+        sweep_median_abs_error=_median_abs(by_sweep), sweep_worst_error=_worst(by_sweep))
+
+
+def _median_abs(errors: list[float]) -> float | None:
+    return float(np.median(np.abs(errors))) if errors else None
+
+
+def _worst(errors: list[float]) -> float | None:
+    return max(errors, key=abs) if errors else None
+
+
 def _cap(results: Sequence[ResultFile]) -> tuple[int | None, str]:
     from plateau_bench.analysis.diagnosis import diagnose
     from plateau_bench.analysis.plateau import plateau_and_knee
@@ -279,8 +322,9 @@ def calibrate(sweeps: Sequence[Sweep]) -> CalibratedModel:
                      f"{STALL_MS:.0f} ms) and timed itself, not the server")
     notes.append(f"step budget {DEFAULT_BUDGET:,} tokens assumed (a client cannot see it; set "
                  "--max-num-batched-tokens)")
-    levels = [LevelFit(run=r.run, label=r.label, batch=r.batch, measured_ms=r.y * 1e3,
-                       fitted_ms=float(np.dot(coef, r.x)) * 1e3, metric=r.metric) for r in rows]
+    held_out, cross_validation = _cross_validate(rows)
+    levels = [msgspec.structs.replace(fit, fitted_ms=float(np.dot(coef, r.x)) * 1e3)
+              for fit, r in zip(held_out, rows, strict=True)]
     tpot_rows = [r for r in rows if r.metric == "tpot"]
     engine = EngineModel(t0=float(coef[0]), a=float(coef[1]), b=float(coef[2]), c=float(coef[3]),
                          max_num_seqs=cap, max_num_batched_tokens=max(DEFAULT_BUDGET, cap), kv_tokens=kv_tokens,
@@ -291,7 +335,7 @@ def calibrate(sweeps: Sequence[Sweep]) -> CalibratedModel:
         engine=engine, parameters=_parameters(coef, errors, fixed), levels=levels, sources=[s.name for s in sweeps],
         cap_source=cap_source, kv_source=kv_source, policy_source=policy_source,
         input_len=float(np.mean(prompts)) if prompts else 0.0, output_len=float(np.mean(outputs)) if outputs else 0.0,
-        notes=[*notes, f"{len(tpot_rows)} level(s) fitted"])
+        notes=[*notes, f"{len(tpot_rows)} level(s) fitted"], cross_validation=cross_validation)
 
 
 def shifted(model: CalibratedModel, sigmas: float) -> EngineModel:

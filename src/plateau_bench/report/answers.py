@@ -38,15 +38,30 @@ def model_view(model: CalibratedModel) -> Group:
         unit, scale = _UNITS[p.name]
         err = f"{p.stderr * scale:.3g}" if p.stderr is not None else "-"
         steps.add_row(p.name, f"{p.value * scale:.4g}", err, unit, p.note)
-    fits = _table("Fit per level (relative residual: fitted / measured - 1)",
-                  ("run", "level", "batch", "metric", "measured ms", "fitted ms", "residual"),
+    fits = _table("Fit per level (relative residual: fitted / measured - 1; held out: predicted by the fit "
+                  "without that level)",
+                  ("run", "level", "batch", "metric", "measured ms", "fitted ms", "residual", "held out"),
                   left=("run", "level", "metric"))
     for lv in model.levels:
+        held = "-" if lv.held_out_error is None else f"{lv.held_out_error:+.1%}"
         fits.add_row(lv.run, lv.label, f"{lv.batch:,.1f}", lv.metric.upper(), f"{lv.measured_ms:,.2f}",
-                     f"{lv.fitted_ms:,.2f}", f"{lv.residual:+.1%}")
+                     f"{lv.fitted_ms:,.2f}", f"{lv.residual:+.1%}", held)
     limits = Text(f"cap {e.max_num_seqs:,} running requests ({model.cap_source}); KV cache {e.kv_tokens:,} tokens "
                   f"({model.kv_source}); policy {e.policy} ({model.policy_source})")
-    return Group(Text(f"Calibrated from {', '.join(model.sources)}"), steps, limits, fits, *_notes(model.notes))
+    return Group(Text(f"Calibrated from {', '.join(model.sources)}"), steps, limits, fits,
+                 *_cross_validation(model), *_notes(model.notes))
+
+
+def _cross_validation(model: CalibratedModel) -> list[Text]:
+    cv = model.cross_validation
+    if cv is None or cv.median_abs_error is None or cv.worst_error is None:
+        return [Text("Cross-validated: no level can be left out and still fitted (too few decoding batches)")]
+    lines = [Text(f"Cross-validated, each level left out in turn: TPOT predicted within {cv.median_abs_error:.1%} "
+                  f"(median over {cv.folds} levels), worst {cv.worst_error:+.1%}")]
+    if cv.sweep_median_abs_error is not None and cv.sweep_worst_error is not None:
+        lines.append(Text(f"Each sweep left out in turn ({cv.sweep_folds} sweeps): within "
+                          f"{cv.sweep_median_abs_error:.1%} (median), worst {cv.sweep_worst_error:+.1%}"))
+    return lines
 
 
 def _ms(value: float | None) -> str:

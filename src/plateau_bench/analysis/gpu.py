@@ -244,25 +244,57 @@ def _clock_share(m: GpuMetrics) -> float | None:
     return clock / top if clock is not None and top else None
 
 
-def headroom(m: GpuMetrics) -> str | None:
-    """Power against the limit and the SM clock against its maximum: whether the GPUs are held back by
-    power or heat. None unless the clock share is known (the power share alone is read by ``_extras``)."""
+Bound = Literal["free", "edge", "power", "other", "throttled", "unthrottled"]
+
+_BOUND_TEXT: dict[Bound, str] = {
+    "free": "not power- or thermal-bound",
+    "edge": "at the edge of the power limit, not yet throttled",
+    "power": "power-bound, the driver lowers clocks to stay under the limit (throttled)",
+    "other": "clocks held down by something other than power (temperature, a clock cap such as nvidia-smi -lgc, "
+             "or the GPUs idling between steps)",
+    "throttled": "throttled (the power limit is not known, so power and heat cannot be told apart)",
+    "unthrottled": "not throttled",
+}
+_BOUND_TRY: dict[Bound, str] = {
+    "power": "raise the GPUs' power limit where the board allows it (nvidia-smi -pl, up to its maximum): they run "
+             "at the limit with clocks below their maximum",
+    "other": "check the throttle reasons (nvidia-smi -q -d PERFORMANCE): the clocks are below their maximum with "
+             "power to spare (cooling, a clock cap)",
+}
+
+
+def bound(m: GpuMetrics) -> Bound | None:
+    """What power against its limit and the SM clock against its maximum say (thresholds: module docstring);
+    None without the clock share (the power share alone is read by ``_extras``)."""
     power, clock = m.power_share, _clock_share(m)
     if clock is None:
         return None
     at_max = clock >= CLOCK_AT_MAX
-    clock_text = "SM clock at maximum" if at_max else f"SM clock at {_pct(clock)} of its maximum"
     if power is None:
-        return (f"{clock_text}: not throttled" if at_max else
-                f"{clock_text}: throttled (the power limit is not known, so power and heat cannot be told apart)")
-    where = f"GPUs at {_pct(power)} of their power limit, {clock_text}"
+        return "unthrottled" if at_max else "throttled"
     if at_max:
-        return f"{where}: not power- or thermal-bound" if power < POWER_CAPPED else \
-            f"{where}: at the edge of the power limit, not yet throttled"
-    if power >= POWER_CAPPED:
-        return f"{where}: power-bound, the driver lowers clocks to stay under the limit (throttled)"
-    return (f"{where}: clocks held down by something other than power (temperature, a clock cap such as "
-            "nvidia-smi -lgc, or the GPUs idling between steps)")
+        return "free" if power < POWER_CAPPED else "edge"
+    return "power" if power >= POWER_CAPPED else "other"
+
+
+def headroom(m: GpuMetrics) -> str | None:
+    """``GPUs at 39 % of their power limit, SM clock at maximum: not power- or thermal-bound``."""
+    kind, clock = bound(m), _clock_share(m)
+    if kind is None or clock is None:
+        return None
+    clock_text = "SM clock at maximum" if clock >= CLOCK_AT_MAX else f"SM clock at {_pct(clock)} of its maximum"
+    where = clock_text if m.power_share is None else f"GPUs at {_pct(m.power_share)} of their power limit, {clock_text}"
+    return f"{where}: {_BOUND_TEXT[kind]}"
+
+
+def gpu_suggestions(levels: Sequence[LevelResult], constraint: str) -> list[str]:
+    """What to try when a compute or prefill plateau's GPUs are held back by power or clocks."""
+    level = plateau_level(levels)
+    m = level.gpu_metrics if level is not None else None
+    if m is None or constraint not in ("compute", "prefill"):
+        return []
+    kind = bound(m)
+    return [_BOUND_TRY[kind]] if kind in _BOUND_TRY else []
 
 
 def describe(m: GpuMetrics) -> str | None:

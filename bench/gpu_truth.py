@@ -394,7 +394,7 @@ def _nvml_lines(trace: NvmlTrace) -> list[str]:
              f"power {whole.power_w_mean or 0:,.0f} W mean of a {whole.power_limit_w or 0:,.0f} W limit",
              f"utilisation {100 * (whole.gpu_util or 0):.0f} % mean",
              f"memory in use {100 * (whole.fb_used_share or 0):.0f} % mean",
-             f"SM clock {raw.get('sm_clock_mhz', 0):,.0f} MHz mean of {raw.get('sm_clock_max_mhz', 0):,.0f} max",
+             f"SM clock {whole.sm_clock_mhz or 0:,.0f} MHz mean of {whole.sm_clock_max_mhz or 0:,.0f} max",
              f"temperature {raw.get('temp_c', 0):.0f} C mean"]
     energy = [s.raw.get("gpu0_energy_j") for s in trace.samples if s.raw.get("gpu0_energy_j") is not None]
     if len(energy) >= 2:

@@ -137,7 +137,10 @@ class GpuMetrics(msgspec.Struct, frozen=True, kw_only=True):
     from NVML on this host when the server runs here and no exporter is given.
 
     Means over the window and over the GPUs seen; shares are 0..1. ``power_share`` is power over the
-    power limit. Throughputs are bytes per second summed over the GPUs.
+    power limit, ``sm_clock_share`` the SM clock over its maximum. Throughputs are bytes per second summed
+    over the GPUs. ``energy_j`` is summed over the GPUs (``analysis.energy``): known only when every GPU had
+    an energy counter or power readings over the window; the per-token figures divide it by the output
+    tokens of the same window.
     """
 
     gpus: int = 0
@@ -156,6 +159,13 @@ class GpuMetrics(msgspec.Struct, frozen=True, kw_only=True):
     samples: int = 0
     raw: dict[str, float] = msgspec.field(default_factory=dict)
     source: str = "dcgm"                    # "dcgm" (exporters) or "nvml" (this host's GPUs, no profiling counters)
+    sm_clock_mhz: float | None = None       # DCGM_FI_DEV_SM_CLOCK / NVML_CLOCK_SM
+    sm_clock_max_mhz: float | None = None   # DCGM_FI_DEV_MAX_SM_CLOCK / nvmlDeviceGetMaxClockInfo
+    sm_clock_share: float | None = None
+    energy_j: float | None = None
+    energy_source: str | None = None        # "counter" (energy counters), "power" (power integrated), "mixed"
+    joules_per_output_token: float | None = None
+    output_tokens_per_joule: float | None = None
 
 
 class SimLevelInfo(msgspec.Struct, frozen=True, kw_only=True):

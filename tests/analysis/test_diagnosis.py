@@ -80,6 +80,37 @@ def test_compute_saturation() -> None:
     assert any("TPOT rose in proportion" in e for e in v.evidence)
 
 
+def compute_levels() -> list[LevelResult]:
+    levels = []
+    for c in (1, 2, 4, 8, 16, 32, 64, 128):
+        tpot = 10 + (c * 2.0 if c >= 16 else 0.5 * c)
+        levels.append(level(c, c * 1000 / tpot, dec=c * 0.97, peak=c, ttft=30, tpot=tpot))
+    return levels
+
+
+@pytest.mark.parametrize(("power_share", "clock_share", "evidence", "advice"), [
+    (0.39, 1.0, "GPUs at 39 % of their power limit, SM clock at maximum: not power- or thermal-bound", None),
+    (0.97, 0.82, "GPUs at 97 % of their power limit, SM clock at 82 % of its maximum: power-bound, the driver "
+                 "lowers clocks to stay under the limit (throttled)", "raise the GPUs' power limit"),
+    (0.55, 0.80, "GPUs at 55 % of their power limit, SM clock at 80 % of its maximum: clocks held down by "
+                 "something other than power", "check the throttle reasons"),
+])
+def test_compute_verdict_reads_power_and_clock_headroom(power_share: float, clock_share: float, evidence: str,
+                                                        advice: str | None) -> None:
+    from plateau_bench.result import GpuMetrics
+
+    levels = compute_levels()
+    for lv in levels:
+        lv.gpu_metrics = GpuMetrics(gpus=8, nodes=1, power_share=power_share, sm_active=0.92,
+                                    sm_clock_share=clock_share, samples=20)
+    v = diagnose(levels)
+    assert v.constraint == "compute"
+    assert any(line.startswith(evidence) for line in v.gpu_evidence), v.gpu_evidence
+    suggested = [s for s in v.suggestions if advice is not None and s.startswith(advice)]
+    assert len(suggested) == (0 if advice is None else 1), v.suggestions
+    assert len(v.suggestions) == len(diagnose(compute_levels()).suggestions) + (advice is not None)
+
+
 def test_kv_capacity_from_server_preemptions() -> None:
     levels = []
     for c in (1, 2, 4, 8, 16, 32, 64):

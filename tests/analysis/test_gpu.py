@@ -110,7 +110,8 @@ def test_nvml_readings_stand_in_for_an_exporter() -> None:
     assert m.power_share == pytest.approx(682 / 700, abs=1e-4) and m.gpu_util == 0.99
     assert m.fb_used_share == pytest.approx(80_000 / 137_771, abs=1e-4)
     assert m.sm_active is None and m.dram_active is None
-    assert (m.raw["sm_clock_mhz"], m.raw["sm_clock_max_mhz"], m.raw["temp_c"]) == (1671.0, 1980.0, 60.0)
+    assert (m.sm_clock_mhz, m.sm_clock_max_mhz, m.raw["temp_c"]) == (1671.0, 1980.0, 60.0)
+    assert m.sm_clock_share == pytest.approx(1671 / 1980, abs=1e-4)
 
 
 def test_an_exporter_is_preferred_to_nvml() -> None:
@@ -126,7 +127,8 @@ def test_the_sentence_gives_the_clock_against_its_maximum() -> None:
     assert m is not None
     assert evidence_for(m, "prefill") == [
         "GPUs at 97 % of their power limit and 99 % GPU utilisation and an SM clock of 1,671 of 1,980 MHz",
-        "GPUs at 97 % of their power limit: power-capped, clocks drop before the compute runs out"]
+        "GPUs at 97 % of their power limit, SM clock at 84 % of its maximum: power-bound, the driver lowers "
+        "clocks to stay under the limit (throttled)"]
 
 
 def test_no_gpu_metrics_for_a_window_before_the_first_sample() -> None:
@@ -194,6 +196,40 @@ def test_power_capped_compute() -> None:
     assert evidence("compute", power_share=0.97, sm_active=0.9) == [
         "SM activity 90 %: compute-bound",
         "GPUs at 97 % of their power limit: power-capped, clocks drop before the compute runs out"]
+
+
+@pytest.mark.parametrize(("fields", "sentence"), [
+    ({"power_share": 0.39, "sm_clock_share": 1.0},
+     "GPUs at 39 % of their power limit, SM clock at maximum: not power- or thermal-bound"),
+    ({"power_share": 0.98, "sm_clock_share": 0.8},
+     "GPUs at 98 % of their power limit, SM clock at 80 % of its maximum: power-bound, the driver lowers clocks "
+     "to stay under the limit (throttled)"),
+    ({"power_share": 0.93, "sm_clock_share": 0.97},
+     "GPUs at 93 % of their power limit, SM clock at maximum: at the edge of the power limit, not yet throttled"),
+    ({"power_share": 0.5, "sm_clock_share": 0.7},
+     "GPUs at 50 % of their power limit, SM clock at 70 % of its maximum: clocks held down by something other "
+     "than power (temperature, a clock cap such as nvidia-smi -lgc, or the GPUs idling between steps)"),
+    ({"sm_clock_share": 0.7},
+     "SM clock at 70 % of its maximum: throttled (the power limit is not known, so power and heat cannot be "
+     "told apart)"),
+])
+def test_compute_verdict_reads_power_and_clock_headroom(fields: dict[str, float], sentence: str) -> None:
+    assert evidence("compute", sm_active=0.9, **fields) == ["SM activity 90 %: compute-bound", sentence]
+
+
+def test_clocks_saved_in_raw_by_older_results_still_read() -> None:
+    older = GpuMetrics(gpus=1, samples=3, power_share=0.39, sm_active=0.9,
+                       raw={"sm_clock_mhz": 1980.0, "sm_clock_max_mhz": 1980.0})
+    assert evidence_for(older, "compute")[1] == ("GPUs at 39 % of their power limit, SM clock at maximum: not "
+                                                 "power- or thermal-bound")
+
+
+def test_energy_per_token_joins_any_verdict() -> None:
+    m = gm(power_share=0.39, sm_active=0.3, energy_j=12_600.0, energy_source="power",
+           joules_per_output_token=0.42, output_tokens_per_joule=2.381)
+    assert gpu_evidence([level(m)], "admission_cap")[-1] == (
+        "0.42 J per output token (2.38 output tokens per joule; 12,600 J over the window, from power readings "
+        "integrated over time)")
 
 
 def test_prefill() -> None:

@@ -13,8 +13,8 @@ from plateau_bench.analysis.compare import RunData, compare_runs
 from plateau_bench.analysis.slo import parse_slo
 from plateau_bench.commands.compare import load_run
 from plateau_bench.records import RequestRecord
-from plateau_bench.report.compare import comparison_lines, comparison_table, display_levels
-from plateau_bench.result import Latency, LevelResult, ResultFile, RunSpec, TargetPublic
+from plateau_bench.report.compare import comparison_lines, comparison_table, display_levels, energy_line
+from plateau_bench.result import GpuMetrics, Latency, LevelResult, ResultFile, RunSpec, TargetPublic
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.store import ResultWriter, load_result, run_names
 
@@ -97,7 +97,7 @@ COMPARE_JSON_KEYS: dict[str, set[str]] = {
     "": {"runs", "aligned", "pairs", "slo", "users", "gpu_cost_per_hour", "warnings", "repeats"},
     "repeats[]": {"runs", "confidence", "levels", "cannot_tell"},
     "runs[]": {"name", "levels", "plateau", "knee", "best", "gpus", "tok_s_per_gpu", "cost_per_mtok",
-               "slo_cost_per_mtok"},
+               "slo_cost_per_mtok", "output_tokens_per_joule", "energy_concurrency"},
     "runs[].levels[]": {"concurrency", "output_throughput"},
     "runs[].best": {"concurrency", "output_throughput"},
     "runs[].plateau": {"throughput", "concurrency", "reached", "levels"},
@@ -274,6 +274,29 @@ def test_comparison_lines_golden() -> None:
         "level under ttft_p99<=1s, none under ttft_p99<=10ms.",
         "Users within 3s for 101-token responses (p90 TTFT + 100 x p90 TPOT): fast 19, big 4 -> fast.",
     ]
+
+
+def _with_energy(lv: LevelResult, tokens_per_joule: float | None) -> LevelResult:
+    gpu = GpuMetrics(gpus=1, energy_j=1000.0, output_tokens_per_joule=tokens_per_joule,
+                     joules_per_output_token=None if tokens_per_joule is None else 1 / tokens_per_joule)
+    return msgspec.structs.replace(lv, gpu_metrics=gpu)
+
+
+def test_tokens_per_joule_where_two_runs_have_it() -> None:
+    """Each run's figure at its plateau level (the most loaded one within 5 % of its best throughput)."""
+    fast, big = _capped_and_wide()
+    fast = RunData("fast", tuple(_with_energy(lv, 2.0 + lv.concurrency / 100) for lv in fast.levels))
+    big_known = RunData("big", tuple(_with_energy(lv, 1.5) for lv in big.levels))
+    comp = compare_runs([fast, big_known])
+    assert (comp.runs[0].output_tokens_per_joule, comp.runs[0].energy_concurrency) == (2.64, 64)
+    assert energy_line(comp) == "Output tokens per joule of GPU energy at the plateau: fast 2.64 at C=64, big 1.5 " \
+                                "at C=64 -> fast."
+    assert energy_line(comp) in comparison_lines(comp)
+    unknown = compare_runs([fast, big, RunData("big2", big_known.levels)])
+    assert energy_line(unknown) == ("Output tokens per joule of GPU energy at the plateau: fast 2.64 at C=64, big "
+                                    "unknown (no GPU energy), big2 1.5 at C=64 -> fast.")
+    assert energy_line(compare_runs([fast, big])) is None          # one side only: nothing to compare
+    assert compare_runs([fast, big]).runs[1].output_tokens_per_joule is None
 
 
 def test_lines_for_ties_disjoint_ranges_and_warnings() -> None:

@@ -43,6 +43,7 @@ def test_h100_node_per_gpu_values_and_units() -> None:
     gpu0 = node.gpus[0]
     assert gpu0.uuid == "GPU-5fd4a1b2-0c1e-4f57-9a0e-3d2b8f6c1a01"
     assert gpu0.model == "NVIDIA H100 80GB HBM3"
+    assert gpu0.values.pop("energy_j") == pytest.approx(912_873_345.112)   # the page's mJ, in joules
     assert gpu0.values == {
         "sm_clock_mhz": 1980.0, "power_w": 273.5, "power_limit_w": 700.0, "util_pct": 62.0,
         "fb_free_mib": 10325.0, "fb_used_mib": 71234.0, "nvlink_bandwidth_total": 8012.0,
@@ -84,7 +85,8 @@ def test_default_counters_page_without_hostname_drops_blank_values() -> None:
     (gpu,) = node.gpus
     # the power limit is DCGM_FP64_BLANK on this board; no profiling fields in the default counters
     assert gpu.values == {"sm_clock_mhz": 2040.0, "power_w": 35.12, "util_pct": 3.0, "fb_free_mib": 22008.0,
-                          "fb_used_mib": 563.0, "nvlink_bandwidth_total": 0.0}
+                          "fb_used_mib": 563.0, "nvlink_bandwidth_total": 0.0,
+                          "energy_j": pytest.approx(81_234.567)}
 
 
 def test_one_page_with_two_hosts_gives_two_nodes() -> None:
@@ -101,6 +103,47 @@ def test_enforced_limit_wins_and_newer_field_names_are_aliases() -> None:
             + gauge("DCGM_FI_PROF_SM_ACTIVE", (f'gpu="0",{LABELS}', 0.75)))
     (gpu,) = parse_dcgm(text).nodes[0].gpus
     assert gpu.values == {"power_limit_w": 650.0, "sm_active": 0.75, "tensor_active": 0.25, "dram_active": 0.125}
+
+
+def energy_page(energy_mj: int, power_w: float, clock_mhz: float) -> str:
+    """One GPU as the exporter renders it with DCGM_FI_DEV_MAX_SM_CLOCK added to its counters file: the energy
+    counter typed ``counter`` in mJ (etc/default-counters.csv), power and clocks gauges."""
+    labels = f'gpu="0",{LABELS},Hostname="node-e"'
+    return ("# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).\n"
+            "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"
+            f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{labels}}} {energy_mj}\n"
+            + gauge("DCGM_FI_DEV_POWER_USAGE", (labels, power_w))
+            + gauge("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", (labels, 700))
+            + gauge("DCGM_FI_DEV_SM_CLOCK", (labels, clock_mhz))
+            + gauge("DCGM_FI_DEV_MAX_SM_CLOCK", (labels, 1980)))
+
+
+def test_energy_counter_and_top_clock_give_the_levels_energy_and_clock_share() -> None:
+    """Two scrapes 10 s apart: the counter grew by 6,300,000 mJ = 6,300 J (630 W on average), while the two
+    power readings (600 W, 660 W) would integrate to the same; the counter is what is used."""
+    from plateau_bench.records import TelemetrySample
+
+    pages = [energy_page(1_000_000_000, 600.0, 1980), energy_page(1_006_300_000, 660.0, 1800)]
+    samples = [TelemetrySample(t_ns=t * 10**9, engine=SOURCE_DCGM, source=SOURCE_DCGM,
+                               raw={**node_raw(parse_dcgm(page).nodes[0]), "node": 0.0})
+               for t, page in zip((0, 10), pages, strict=True)]
+    assert samples[0].raw["gpu0_energy_j"] == 1_000_000.0 and samples[0].raw["gpu0_sm_clock_max_mhz"] == 1980.0
+    assert samples[0].raw["node_energy_j"] == 1_000_000.0
+    m = gpu_metrics(samples, 0, 10 * 10**9)
+    assert m is not None and m.energy_source == "counter"
+    assert m.energy_j == pytest.approx(6300.0)
+    # gauges are steps: the first scrape's clock holds until the second, at the window's end
+    assert (m.sm_clock_mhz, m.sm_clock_max_mhz, m.sm_clock_share) == (1980.0, 1980.0, 1.0)
+    assert gpu_metrics(samples, 0, 20 * 10**9).sm_clock_share == pytest.approx((1980 + 1800) / 2 / 1980, abs=1e-4)  # type: ignore[union-attr]
+
+
+def test_a_blank_energy_counter_is_dropped_not_zero() -> None:
+    labels = f'gpu="0",{LABELS}'
+    text = ("# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"
+            f"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{{{labels}}} 9223372036854775794\n"   # DCGM_INT64_NOT_SUPPORTED
+            + gauge("DCGM_FI_DEV_POWER_USAGE", (labels, 80)))
+    (gpu,) = parse_dcgm(text).nodes[0].gpus
+    assert gpu.values == {"power_w": 80.0}
 
 
 def test_mig_instances_link_series_and_duplicates() -> None:
@@ -144,7 +187,8 @@ def test_unusable_pages_say_why_in_one_line(text: str, problem: str) -> None:
 def test_prefilter_keeps_only_the_fields_read() -> None:
     kept = prefilter(golden("dcgm_h100_node_a.prom")).splitlines()
     assert kept and all(any(name in line for name in FIELDS) for line in kept)
-    assert not any("DCGM_FI_DEV_GPU_TEMP" in line or "TOTAL_ENERGY" in line for line in kept)
+    assert not any("DCGM_FI_DEV_GPU_TEMP" in line for line in kept)
+    assert any(line.startswith("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{") for line in kept)
 
 
 _DCGM_LINE = st.builds(

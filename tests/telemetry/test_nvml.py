@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from plateau_bench.analysis.gpu import gpu_metrics
 from plateau_bench.telemetry.gpu import NVML_UNAVAILABLE, GpuPoller, open_nvml, readings_to_raw
 from plateau_bench.telemetry.summary import summarize
 
@@ -138,3 +139,24 @@ def test_an_older_library_without_some_calls_still_reads_the_rest(install: Any) 
     assert sampler is not None
     raw = sampler.sample(0).raw
     assert raw["gpu0_power_w"] == 350.5 and "gpu0_power_limit_w" not in raw and "gpu0_energy_j" not in raw
+
+
+def test_nvml_readings_give_the_windows_energy_and_headroom(install: Any) -> None:
+    """The counter read at 0, 1 and 2 s (350.5 W between readings): a window from 0.5 s to 2 s opens between
+    two readings and holds 1.5 s x 350.5 W; the clock at its maximum and half the power limit."""
+    sampler, _ = open_nvml(install(full_nvml([1_000_000, 1_350_500, 1_701_000])))
+    assert sampler is not None
+    samples = [sampler.sample(t * 10**9) for t in range(3)]
+    m = gpu_metrics(samples, 5 * 10**8, 2 * 10**9)
+    assert m is not None and m.source == "nvml" and m.energy_source == "counter"
+    assert m.energy_j == pytest.approx(1.5 * 350.5)
+    assert m.power_share == pytest.approx(350.5 / 700, abs=1e-4) and m.sm_clock_share == 1.0
+
+
+def test_a_gpu_without_the_counter_or_power_leaves_the_energy_unknown(install: Any) -> None:
+    """GPU 1 reports neither power nor energy: the two GPUs' energy is unknown, not GPU 0's alone."""
+    sampler, _ = open_nvml(install(stand_in_nvml(gpus=2)))
+    assert sampler is not None
+    m = gpu_metrics([sampler.sample(0), sampler.sample(10**9)], 0, 10**9)
+    assert m is not None and m.gpus == 2 and m.power_w_mean == 350.5
+    assert m.energy_j is None and m.energy_source is None and m.sm_clock_share is None

@@ -23,6 +23,10 @@ requests per second when it meets, else 0).
 **Cost.** ``$ per 1M output tokens = gpu_cost * gpus / 3600 / (output tok/s) * 1e6``, at the
 plateau (or the best measured level when no plateau was found) and at each SLO's best level.
 
+**Energy.** Output tokens per joule at each run's plateau, from the GPU energy of the level that speaks
+for it (``analysis.gpu.plateau_level``, among the levels whose energy is known); compared only where at
+least two runs have it.
+
 **Users at a latency target.** The end-to-end latency of an ``N``-token response at a level is
 estimated as ``TTFT + (N - 1) * TPOT`` with both at the same statistic (p90 by default: a sum
 of p90s bounds the p90 of the sum from above, so the estimate errs on the safe side). The
@@ -48,6 +52,7 @@ from typing import Literal
 import msgspec
 
 from plateau_bench.analysis.crossover import Curve, PairResult, find_crossovers
+from plateau_bench.analysis.gpu import plateau_level
 from plateau_bench.analysis.plateau import SearchConfig, plateau_and_knee
 from plateau_bench.analysis.repeats import RepeatComparison, compare_repeats
 from plateau_bench.analysis.slo import STATS, Slo, goodput, level_meets
@@ -226,6 +231,8 @@ class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
     tok_s_per_gpu: float | None = None          # at the plateau (else the best level)
     cost_per_mtok: float | None = None          # $ per 1M output tokens there
     slo_cost_per_mtok: tuple[float | None, ...] = ()  # one per SLO profile, at its best level
+    output_tokens_per_joule: float | None = None  # GPU energy at the plateau level (analysis.gpu.plateau_level)
+    energy_concurrency: int | None = None          # the level it was measured at
 
     @property
     def concurrencies(self) -> tuple[int, ...]:
@@ -346,18 +353,29 @@ def _check_options(runs: Sequence[RunData], gpu_cost: float | None, gpus: Sequen
         raise ConfigError(f"--latency-stat must be one of {', '.join(STATS)} (got {latency_stat!r})")
 
 
+def _energy(levels: Sequence[LevelResult]) -> tuple[float | None, int | None]:
+    """Output tokens per joule at the plateau, among the levels whose GPU energy is known."""
+    known = [lv for lv in levels if lv.gpu_metrics is not None and lv.gpu_metrics.output_tokens_per_joule]
+    level = plateau_level(known)
+    if level is None or level.gpu_metrics is None:
+        return None, None
+    return level.gpu_metrics.output_tokens_per_joule, level.concurrency
+
+
 def _summary(run: RunData, cv: Curve, gpu_cost: float | None, gpus: int | None,
              slo_best: Sequence[float | None]) -> RunSummary:
     plateau, knee = plateau_and_knee(cv.levels, run.search)
     best = max(cv.levels, key=lambda lv: lv.output_throughput)
     ref = plateau.throughput if plateau else best.output_throughput
+    tokens_per_joule, energy_at = _energy(cv.levels)
     return RunSummary(
         name=run.name, plateau=plateau, knee=knee,
         levels=tuple(CurvePoint(concurrency=lv.concurrency or 0, output_throughput=lv.output_throughput)
                      for lv in cv.levels),
         best=CurvePoint(concurrency=best.concurrency or 0, output_throughput=best.output_throughput),
         gpus=gpus, tok_s_per_gpu=ref / gpus if gpus else None, cost_per_mtok=_cost(gpu_cost, gpus, ref),
-        slo_cost_per_mtok=tuple(_cost(gpu_cost, gpus, t) for t in slo_best))
+        slo_cost_per_mtok=tuple(_cost(gpu_cost, gpus, t) for t in slo_best),
+        output_tokens_per_joule=tokens_per_joule, energy_concurrency=energy_at)
 
 
 def compare_runs(

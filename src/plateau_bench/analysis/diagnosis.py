@@ -49,7 +49,7 @@ from plateau_bench.analysis.diagnosis_common import (
 from plateau_bench.analysis.diagnosis_compute import PREFILL_BOUND, compute_verdict, prefill_estimate, prefill_verdict
 from plateau_bench.analysis.diagnosis_kv import KvSign, history_evidence, kv_needed, kv_signature
 from plateau_bench.analysis.diagnosis_table import summaries_only, summary_verdict
-from plateau_bench.analysis.gpu import gpu_evidence
+from plateau_bench.analysis.gpu import gpu_evidence, gpu_suggestions
 from plateau_bench.analysis.open_loop import open_loop_verdict
 from plateau_bench.analysis.plateau import Point, find_knee, find_plateau
 from plateau_bench.analysis.roofline_place import place_on_roofline
@@ -229,6 +229,7 @@ def diagnose(levels: Sequence[LevelResult], *, engine: str | None = None, platea
     """
     v = _verdict(levels, engine, plateau_gain, plateau, knee, open_loop)
     v.gpu_evidence = gpu_evidence(levels, v.constraint)
+    v.suggestions.extend(gpu_suggestions(levels, v.constraint))
     return place_on_roofline(levels, plateau, v, roofline) if roofline is not None else v
 
 

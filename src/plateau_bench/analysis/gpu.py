@@ -11,12 +11,17 @@ kept apart by the samples' ``node`` index. Then, over the GPUs that have the qua
   ``fb_used_share`` (used / (used + free)) are means over the GPUs;
 * ``pcie_bytes_per_s`` and ``nvlink_bytes_per_s`` (TX + RX) are sums over the GPUs.
 
-``raw`` keeps the busiest and idlest GPU (``sm_active_max``/``_min``, ``power_share_max``, ...),
-``gr_engine_active``, ``sm_clock_mhz`` and ``nvlink_bandwidth_total`` (summed, in the exporter's unit).
+``sm_clock_mhz``, its maximum and ``sm_clock_share`` (each GPU's clock over its maximum) are means over the
+GPUs; ``energy_j`` is the window's energy summed over the GPUs (``analysis.energy``: energy counters,
+else power readings integrated). ``raw`` keeps the busiest and idlest GPU (``sm_active_max``/``_min``,
+``power_share_max``, ...), ``gr_engine_active``, ``temp_c`` and ``nvlink_bandwidth_total`` (summed, in
+the exporter's unit).
 
 ``gpu_evidence`` turns the GPU figures of the plateau level into sentences for the verdict. The level
 read is the one the plateau is made of: among the levels with GPU figures (failed levels left out),
-those within 5 % of the best output throughput, the highest of them (the one with most load). The
+those within 5 % of the best output throughput, the highest of them (the one with most load). A
+compute or prefill verdict also reads power against the limit with the SM clock against its maximum
+(``headroom``), and every verdict ends with the level's energy per output token where it is known. The
 thresholds, and why:
 
 * ``SM_BUSY`` 0.80 and ``SM_IDLE`` 0.50: DCGM's own reading of SM activity ("a value of 0.8 or greater is
@@ -30,6 +35,11 @@ thresholds, and why:
 * ``POWER_CAPPED`` 0.90: the driver lowers clocks as the draw nears the enforced limit, and DCGM's
   power is an average, so a mean at 90 % of the limit already has peaks at it. ``POWER_LOW`` 0.60:
   below it the board has clear power headroom.
+* ``CLOCK_AT_MAX`` 0.95: an SM clock at 95 % of its maximum or more is "at maximum": GPU Boost moves the
+  clock in bins of ~15 MHz around the top one even unthrottled, so the exact maximum is not a fair test.
+  Power at ``POWER_CAPPED`` with the clock below it is power-bound (the driver trades clock for power);
+  power below it with the clock below it is a clock held down by something else (temperature, a clock
+  cap, idling between steps); the clock at maximum with power to spare is neither power- nor thermal-bound.
 * ``UNEVEN`` 0.25: the busiest GPU's SM activity this far above the mean means one GPU (a tensor- or
   expert-parallel rank) waits on another: the mean understates how close the busiest one is.
 
@@ -45,9 +55,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from plateau_bench.analysis.energy import energy_sentence, total_energy
 from plateau_bench.records import TelemetrySample
 from plateau_bench.result import GpuMetrics, LevelResult
-from plateau_bench.telemetry.summary import gauge_stats, series
+from plateau_bench.telemetry.summary import Point, gauge_stats, series
 
 SM_BUSY = 0.80
 SM_IDLE = 0.50
@@ -56,6 +67,7 @@ DRAM_BUSY = 0.60
 TENSOR_BUSY = 0.50
 POWER_CAPPED = 0.90
 POWER_LOW = 0.60
+CLOCK_AT_MAX = 0.95
 UNEVEN = 0.25
 PLATEAU_BAND = 0.05
 
@@ -67,20 +79,29 @@ _RATIOS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
 GpuMeans = dict[str, float]
 
 
-def _per_gpu_means(samples: Sequence[TelemetrySample], start_ns: int, end_ns: int) -> dict[tuple[int, str], GpuMeans]:
-    """Per (node, GPU) the time-weighted mean of each quantity over the window."""
+def _per_gpu_series(samples: Sequence[TelemetrySample]) -> dict[tuple[int, str], dict[str, list[Point]]]:
+    """Per (node, GPU) each quantity's series; nodes' series kept apart by the samples' ``node`` index."""
     by_node: dict[int, list[TelemetrySample]] = {}
     for s in samples:
         by_node.setdefault(int(s.raw.get("node", 0.0)), []).append(s)
-    out: dict[tuple[int, str], GpuMeans] = {}
+    out: dict[tuple[int, str], dict[str, list[Point]]] = {}
     for node, node_samples in by_node.items():
         for key, points in series(node_samples).items():
             match = _PER_GPU.fullmatch(key)
-            if match is None:
-                continue
+            if match is not None:
+                out.setdefault((node, match.group(1)), {})[match.group(2)] = points
+    return out
+
+
+def _per_gpu_means(per_gpu: dict[tuple[int, str], dict[str, list[Point]]], start_ns: int,
+                   end_ns: int) -> dict[tuple[int, str], GpuMeans]:
+    """Per (node, GPU) the time-weighted mean of each quantity over the window."""
+    out: dict[tuple[int, str], GpuMeans] = {}
+    for gpu, quantities in per_gpu.items():
+        for quantity, points in quantities.items():
             stats = gauge_stats(points, start_ns, end_ns)
             if stats is not None:
-                out.setdefault((node, match.group(1)), {})[match.group(2)] = stats.mean
+                out.setdefault(gpu, {})[quantity] = stats.mean
     return out
 
 
@@ -101,12 +122,14 @@ def _r(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _shares(gpus: Sequence[GpuMeans]) -> tuple[list[float], list[float]]:
-    power = [g["power_w"] / g["power_limit_w"] for g in gpus
-             if "power_w" in g and g.get("power_limit_w", 0.0) > 0]
-    fb = [g["fb_used_mib"] / (g["fb_used_mib"] + g["fb_free_mib"]) for g in gpus
-          if "fb_used_mib" in g and "fb_free_mib" in g and g["fb_used_mib"] + g["fb_free_mib"] > 0]
-    return power, fb
+def _shares(gpus: Sequence[GpuMeans], part: str, whole: str) -> list[float]:
+    """Each GPU's ``part`` over its ``whole`` (power over its limit, clock over its maximum)."""
+    return [g[part] / g[whole] for g in gpus if part in g and g.get(whole, 0.0) > 0]
+
+
+def _fb_shares(gpus: Sequence[GpuMeans]) -> list[float]:
+    return [g["fb_used_mib"] / (g["fb_used_mib"] + g["fb_free_mib"]) for g in gpus
+            if "fb_used_mib" in g and "fb_free_mib" in g and g["fb_used_mib"] + g["fb_free_mib"] > 0]
 
 
 def _raw(gpus: Sequence[GpuMeans], power_shares: Sequence[float]) -> dict[str, float]:
@@ -117,8 +140,7 @@ def _raw(gpus: Sequence[GpuMeans], power_shares: Sequence[float]) -> dict[str, f
             raw[f"{quantity}_max"], raw[f"{quantity}_min"] = round(max(column), 4), round(min(column), 4)
     if power_shares:
         raw["power_share_max"], raw["power_share_min"] = round(max(power_shares), 4), round(min(power_shares), 4)
-    for quantity, digits in (("gr_engine_active", 4), ("sm_clock_mhz", 1), ("sm_clock_max_mhz", 1),
-                             ("temp_c", 1)):
+    for quantity, digits in (("gr_engine_active", 4), ("temp_c", 1)):
         value = _mean(_column(gpus, quantity))
         if value is not None:
             raw[quantity] = round(value, digits)
@@ -137,12 +159,14 @@ def gpu_metrics(samples: Sequence[TelemetrySample], start_ns: int, end_ns: int) 
     source = SOURCE_DCGM if dcgm else "nvml"
     if not dcgm:
         dcgm = [s for s in samples if s.source == SOURCE_NVML]
-    per_gpu = _per_gpu_means(dcgm, start_ns, end_ns)
+    per_gpu_series = _per_gpu_series(dcgm)
+    per_gpu = _per_gpu_means(per_gpu_series, start_ns, end_ns)
     if not per_gpu:
         return None
     gpus = list(per_gpu.values())
-    power_shares, fb_shares = _shares(gpus)
+    power_shares = _shares(gpus, "power_w", "power_limit_w")
     util = _mean(_column(gpus, "util_pct"))
+    energy = total_energy((per_gpu_series[gpu] for gpu in per_gpu), start_ns, end_ns)
     return GpuMetrics(
         gpus=len(per_gpu),
         nodes=len({node for node, _ in per_gpu}),
@@ -154,12 +178,17 @@ def gpu_metrics(samples: Sequence[TelemetrySample], start_ns: int, end_ns: int) 
         tensor_active=_r(_mean(_column(gpus, "tensor_active")), 4),
         dram_active=_r(_mean(_column(gpus, "dram_active")), 4),
         gpu_util=None if util is None else round(util / 100.0, 4),
-        fb_used_share=_r(_mean(fb_shares), 4),
+        fb_used_share=_r(_mean(_fb_shares(gpus)), 4),
         pcie_bytes_per_s=_rate(gpus, "pcie"),
         nvlink_bytes_per_s=_rate(gpus, "nvlink"),
         samples=sum(1 for s in dcgm if start_ns <= s.t_ns <= end_ns),
         raw=_raw(gpus, power_shares),
         source=source,
+        sm_clock_mhz=_r(_mean(_column(gpus, "sm_clock_mhz")), 1),
+        sm_clock_max_mhz=_r(_mean(_column(gpus, "sm_clock_max_mhz")), 1),
+        sm_clock_share=_r(_mean(_shares(gpus, "sm_clock_mhz", "sm_clock_max_mhz")), 4),
+        energy_j=None if energy is None else round(energy.joules, 3),
+        energy_source=None if energy is None else energy.source,
     )
 
 
@@ -202,6 +231,72 @@ def _state(m: GpuMetrics) -> State | None:
     return "some"
 
 
+def _clocks(m: GpuMetrics) -> tuple[float | None, float | None]:
+    """The mean SM clock and its maximum (MHz); results saved before they were fields kept them in ``raw``."""
+    return (m.sm_clock_mhz if m.sm_clock_mhz is not None else m.raw.get("sm_clock_mhz"),
+            m.sm_clock_max_mhz if m.sm_clock_max_mhz is not None else m.raw.get("sm_clock_max_mhz"))
+
+
+def _clock_share(m: GpuMetrics) -> float | None:
+    if m.sm_clock_share is not None:
+        return m.sm_clock_share
+    clock, top = _clocks(m)
+    return clock / top if clock is not None and top else None
+
+
+Bound = Literal["free", "edge", "power", "other", "throttled", "unthrottled"]
+
+_BOUND_TEXT: dict[Bound, str] = {
+    "free": "not power- or thermal-bound",
+    "edge": "at the edge of the power limit, not yet throttled",
+    "power": "power-bound, the driver lowers clocks to stay under the limit (throttled)",
+    "other": "clocks held down by something other than power (temperature, a clock cap such as nvidia-smi -lgc, "
+             "or the GPUs idling between steps)",
+    "throttled": "throttled (the power limit is not known, so power and heat cannot be told apart)",
+    "unthrottled": "not throttled",
+}
+_BOUND_TRY: dict[Bound, str] = {
+    "power": "raise the GPUs' power limit where the board allows it (nvidia-smi -pl, up to its maximum): they run "
+             "at the limit with clocks below their maximum",
+    "other": "check the throttle reasons (nvidia-smi -q -d PERFORMANCE): the clocks are below their maximum with "
+             "power to spare (cooling, a clock cap)",
+}
+
+
+def bound(m: GpuMetrics) -> Bound | None:
+    """What power against its limit and the SM clock against its maximum say (thresholds: module docstring);
+    None without the clock share (the power share alone is read by ``_extras``)."""
+    power, clock = m.power_share, _clock_share(m)
+    if clock is None:
+        return None
+    at_max = clock >= CLOCK_AT_MAX
+    if power is None:
+        return "unthrottled" if at_max else "throttled"
+    if at_max:
+        return "free" if power < POWER_CAPPED else "edge"
+    return "power" if power >= POWER_CAPPED else "other"
+
+
+def headroom(m: GpuMetrics) -> str | None:
+    """``GPUs at 39 % of their power limit, SM clock at maximum: not power- or thermal-bound``."""
+    kind, clock = bound(m), _clock_share(m)
+    if kind is None or clock is None:
+        return None
+    clock_text = "SM clock at maximum" if clock >= CLOCK_AT_MAX else f"SM clock at {_pct(clock)} of its maximum"
+    where = clock_text if m.power_share is None else f"GPUs at {_pct(m.power_share)} of their power limit, {clock_text}"
+    return f"{where}: {_BOUND_TEXT[kind]}"
+
+
+def gpu_suggestions(levels: Sequence[LevelResult], constraint: str) -> list[str]:
+    """What to try when a compute or prefill plateau's GPUs are held back by power or clocks."""
+    level = plateau_level(levels)
+    m = level.gpu_metrics if level is not None else None
+    if m is None or constraint not in ("compute", "prefill"):
+        return []
+    kind = bound(m)
+    return [_BOUND_TRY[kind]] if kind in _BOUND_TRY else []
+
+
 def describe(m: GpuMetrics) -> str | None:
     """What is known of power and activity: ``GPUs at 39 % of their power limit and 30 % SM activity``."""
     parts = []
@@ -210,7 +305,7 @@ def describe(m: GpuMetrics) -> str | None:
     act = _activity(m)
     if act is not None:
         parts.append(f"{_pct(act.value, SM_SATURATED if act.proves_busy else 2.0)} {act.label}")
-    clock, top = m.raw.get("sm_clock_mhz"), m.raw.get("sm_clock_max_mhz")
+    clock, top = _clocks(m)
     if clock is not None and top:
         parts.append(f"an SM clock of {clock:,.0f} of {top:,.0f} MHz")
     if parts:
@@ -295,13 +390,19 @@ def plateau_level(levels: Sequence[LevelResult]) -> LevelResult | None:
 
 def _extras(m: GpuMetrics, constraint: str) -> list[str]:
     out = []
-    if constraint in ("compute", "prefill") and (m.power_share or 0.0) >= POWER_CAPPED:
+    bound = headroom(m) if constraint in ("compute", "prefill") else None
+    if bound is not None:
+        out.append(bound)
+    elif constraint in ("compute", "prefill") and (m.power_share or 0.0) >= POWER_CAPPED:
         out.append(f"GPUs at {_pct(m.power_share or 0.0)} of their power limit: power-capped, clocks drop "
                    "before the compute runs out")
     busiest = m.raw.get("sm_active_max")
     if m.sm_active is not None and busiest is not None and busiest - m.sm_active >= UNEVEN:
         out.append(f"GPU load is uneven: the busiest GPU at {_pct(busiest)} SM activity against a mean of "
                    f"{_pct(m.sm_active)} (check the tensor- or expert-parallel balance)")
+    energy = energy_sentence(m)
+    if energy is not None:
+        out.append(energy)
     return out
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import msgspec
 
+from plateau_bench.analysis.energy import per_output_token
 from plateau_bench.analysis.gpu import gpu_metrics
 from plateau_bench.analysis.health import summarize_health, with_requests
 from plateau_bench.analysis.metrics import Window, compute_level, full_window, steady_window
@@ -30,10 +31,12 @@ def server_telemetry(values: Mapping[str, float], engine: str | None) -> ServerT
     return ServerTelemetry(engine=engine, samples=int(values.get("samples", 0)), raw=raw, **known)
 
 
-def _gpu_metrics(run: LevelRun, window: Window) -> GpuMetrics | None:
-    """DCGM exporters' figures, else this host's NVML readings when the server runs here."""
+def _gpu_metrics(run: LevelRun, window: Window, output_tokens: int) -> GpuMetrics | None:
+    """DCGM exporters' figures, else this host's NVML readings when the server runs here; the energy per
+    output token over the same window (``output_tokens``: the successful requests' tokens in it)."""
     samples = run.dcgm_samples or (run.gpu_samples if run.gpus_serve else [])
-    return gpu_metrics(samples, window.start_ns, window.end_ns) if samples else None
+    m = gpu_metrics(samples, window.start_ns, window.end_ns) if samples else None
+    return None if m is None else per_output_token(m, output_tokens)
 
 
 def _telemetry(run: LevelRun, window: Window) -> ServerTelemetry:
@@ -119,7 +122,7 @@ def build_level(run: LevelRun) -> LevelResult:
         benchmark_s=run.benchmark_s,
         cut_off_at_stop=run.cut_off_at_stop,
         cancelled_at_end=run.cancelled_at_end,
-        gpu_metrics=_gpu_metrics(run, window),
+        gpu_metrics=_gpu_metrics(run, window, result.output_tokens),
         sim=sim,
         worker_clocks=list(run.worker_clocks),
         turns=turn_metrics(run.records),

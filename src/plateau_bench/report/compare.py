@@ -140,6 +140,17 @@ def cost_line(comp: Comparison, gpu_cost: float) -> str:
     return f"Cost per 1M output tokens at ${gpu_cost:g}/GPU-hour: {'; '.join(parts)}."
 
 
+def energy_line(comp: Comparison) -> str | None:
+    """Output tokens per joule at each run's plateau, when at least two runs measured their GPUs' energy."""
+    known = [r for r in comp.runs if r.output_tokens_per_joule is not None]
+    if len(known) < 2:
+        return None
+    parts = [f"{r.name} {r.output_tokens_per_joule:.3g} at C={r.energy_concurrency}"
+             if r.output_tokens_per_joule is not None else f"{r.name} unknown (no GPU energy)" for r in comp.runs]
+    best = max(known, key=lambda r: r.output_tokens_per_joule or 0.0)
+    return f"Output tokens per joule of GPU energy at the plateau: {', '.join(parts)} -> {best.name}."
+
+
 _METRIC_NAMES = {name: (head, unit) for head, name, unit in REPEAT_COLUMNS}
 
 
@@ -163,7 +174,7 @@ def repeat_lines(rc: RepeatComparison) -> list[str]:
 
 
 def comparison_lines(comp: Comparison) -> list[str]:
-    """One sentence per finding: crossovers, SLO capacity, cost, users at a latency target."""
+    """One sentence per finding: crossovers, SLO capacity, cost, energy, users at a latency target."""
     lines = [f"Warning: {w}." for w in comp.warnings]
     for pair in comp.pairs:
         lines.extend(pair_lines(pair))
@@ -172,6 +183,9 @@ def comparison_lines(comp: Comparison) -> list[str]:
     lines.extend(slo_line(res) for res in comp.slo)
     if comp.gpu_cost_per_hour is not None:
         lines.append(cost_line(comp, comp.gpu_cost_per_hour))
+    energy = energy_line(comp)
+    if energy is not None:
+        lines.append(energy)
     if comp.users is not None:
         q = comp.users
         parts = [f"{u.run} {'>=' if u.at_least else ''}{u.users}" for u in q.runs]

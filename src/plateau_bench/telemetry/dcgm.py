@@ -23,7 +23,13 @@ and DCGM's field reference state them:
     DCGM_FI_PROF_PCIE_TX_BYTES / _RX      bytes/s    pcie_tx_bytes_per_s / pcie_rx_bytes_per_s
     DCGM_FI_PROF_NVLINK_TX_BYTES / _RX    bytes/s    nvlink_tx_bytes_per_s / nvlink_rx_bytes_per_s
     DCGM_FI_DEV_SM_CLOCK                  MHz        sm_clock_mhz
+    DCGM_FI_DEV_MAX_SM_CLOCK              MHz        sm_clock_max_mhz (the board's top SM clock)
+    DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION  mJ         energy_j (divided by 1,000: joules since boot)
     DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL    as given   nvlink_bandwidth_total (MB/s in recent exporters)
+
+The exporter's default counters carry power, the energy counter and the SM clock; the power limit and the
+top SM clock (what power and clock are read against) are there only when the counters file (``-f``)
+lists ``DCGM_FI_DEV_ENFORCED_POWER_LIMIT`` and ``DCGM_FI_DEV_MAX_SM_CLOCK``.
 
 The ``PROF_*_BYTES`` fields are rates (DCGM averages them over its watch interval), whatever TYPE the
 page declares: older counter files typed them ``counter``. The profiling ratios also go by DCGM's
@@ -37,7 +43,7 @@ figures run it with ``-c 1000``, or the poller reads the same cached value many 
 ``parse_dcgm`` turns one page into ``DcgmNode`` readings (one per hostname on the page) and never
 raises; ``DcgmPoller`` polls several exporters (one per node) during a level and returns
 ``TelemetrySample``s (source ``dcgm``): one per node and scrape, with raw keys ``gpu<i>_<quantity>``
-(``gpu0i3_...`` for MIG instance 3 of GPU 0), node aggregates ``node_<quantity>`` (power and bytes
+(``gpu0i3_...`` for MIG instance 3 of GPU 0), node aggregates ``node_<quantity>`` (power, energy and bytes
 summed, ratios averaged, ``node_gpus``), and ``node``, the node's index in this poller (so that series
 of different nodes stay apart; ``DcgmPoller.nodes`` names them). An exporter that does not answer is
 recorded (``DcgmPoller.notes``), never raised into the load loop. The official parser costs ~6 ms for
@@ -90,11 +96,16 @@ FIELDS: dict[str, str] = {
     "DCGM_FI_PROF_NVLINK_TX_BYTES": "nvlink_tx_bytes_per_s",
     "DCGM_FI_PROF_NVLINK_RX_BYTES": "nvlink_rx_bytes_per_s",
     "DCGM_FI_DEV_SM_CLOCK": "sm_clock_mhz",
+    "DCGM_FI_DEV_MAX_SM_CLOCK": "sm_clock_max_mhz",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": "energy_j",
     "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": "nvlink_bandwidth_total",
 }
 _PRIORITY = {name: i for i, name in enumerate(FIELDS)}
+# Fields whose unit is not their quantity's: the energy counter counts millijoules, the quantity is in joules
+# (NVML's counter, telemetry.gpu, is converted the same way), so both sources integrate alike.
+SCALE: dict[str, float] = {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 1e-3}
 RATIOS = frozenset({"sm_active", "sm_occupancy", "tensor_active", "dram_active", "gr_engine_active"})
-SUMMED = frozenset({"power_w", "power_limit_w", "fb_used_mib", "fb_free_mib", "nvlink_bandwidth_total",
+SUMMED = frozenset({"power_w", "power_limit_w", "energy_j", "fb_used_mib", "fb_free_mib", "nvlink_bandwidth_total",
                     "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"})
 QUANTITIES = frozenset(FIELDS.values())
 
@@ -195,6 +206,7 @@ def parse_dcgm(text: str) -> DcgmPage:
             value = _clean(quantity, float(sample.value))
             if value is None:
                 continue
+            value *= SCALE.get(name, 1.0)   # after the sentinel check, which is on DCGM's own unit
             host = labels.get("hostname") or labels.get("Hostname") or ""
             _, values = found.setdefault(host, {}).setdefault(key, (labels, {}))
             rank = _PRIORITY[name]

@@ -105,7 +105,8 @@ def reset_corrected(points: Sequence[Point]) -> list[Point]:
     return out
 
 
-def _interpolate(points: Sequence[Point], t: int) -> float:
+def interpolate(points: Sequence[Point], t: int) -> float:
+    """The series linearly interpolated at ``t``, held at its ends outside the samples."""
     if t <= points[0][0]:
         return points[0][1]
     for (t0, v0), (t1, v1) in itertools.pairwise(points):
@@ -123,7 +124,7 @@ def counter_delta(points: Sequence[Point], start_ns: int, end_ns: int) -> tuple[
     b = min(end_ns, corrected[-1][0])
     if b <= a:
         return None
-    return _interpolate(corrected, b) - _interpolate(corrected, a), b - a
+    return interpolate(corrected, b) - interpolate(corrected, a), b - a
 
 
 def _static_value(points: Sequence[Point], end_ns: int) -> float | None:

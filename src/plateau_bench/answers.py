@@ -31,6 +31,7 @@ class LevelFit(msgspec.Struct, frozen=True, kw_only=True):
     measured_ms: float             # mean TPOT (or TTFT for the prompt's row)
     fitted_ms: float
     metric: str = "tpot"           # tpot | ttft
+    context: float = 0.0           # tokens a decoding sequence holds on average (prompt + half the answer)
     held_out_ms: float | None = None   # predicted by the fit without this level (None: that fit cannot be made)
     held_out_sweep_ms: float | None = None   # ... without this level's whole sweep (several sweeps only)
 
@@ -128,6 +129,9 @@ class Prediction(msgspec.Struct, frozen=True, kw_only=True):
     slo_throughput: float | None = None
     band_note: str = ""
     notes: list[str] = msgspec.field(default_factory=list)
+    # The plateau moved by the calibration's worst held-out TPOT error either way (None: no held-out figure).
+    held_out_low: float | None = None
+    held_out_high: float | None = None
 
 
 # -- a capacity plan (``sweep.capacity``) -----------------------------------------------------------------

@@ -56,6 +56,13 @@ def test_predict_a_doubled_cap_then_check_it_on_the_twin(cli: Cli, measured: Pat
     assert predicted_best == pytest.approx(measured_best, rel=0.10)
     assert predicted["plateau_low"] <= predicted["plateau"]["throughput"] * 1.02
     assert predicted["plateau_high"] >= predicted["plateau"]["throughput"] * 0.98
+    # The empirical band (the worst held-out level) holds the plateau; the twin fits itself, so it is narrow.
+    assert predicted["held_out_low"] <= predicted["plateau"]["throughput"] <= predicted["held_out_high"]
+    assert predicted["held_out_high"] < 1.05 * predicted["held_out_low"]
+    # Calibrated at a cap of 32, asked for 64: the decoding batch doubles, and the prediction says so.
+    (reach,) = [n for n in predicted["notes"] if n.startswith("extrapolates: decoding batches")]
+    assert "2.0x the largest calibrated (32)" in reach
+    assert not any("a context of" in n for n in predicted["notes"])   # same lengths as calibrated
 
 
 @pytest.mark.slow   # an adaptive twin sweep and its band

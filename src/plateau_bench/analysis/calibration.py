@@ -227,7 +227,7 @@ def _cross_validate(rows: list[_Row]) -> tuple[list[LevelFit], CrossValidation]:
     for row in rows:
         tpot = row.metric == "tpot"
         fits.append(LevelFit(run=row.run, label=row.label, batch=row.batch, measured_ms=row.y * 1e3,
-                             fitted_ms=0.0, metric=row.metric,
+                             fitted_ms=0.0, metric=row.metric, context=row.context,
                              held_out_ms=_held_out(rows, row, whole_sweep=False) if tpot else None,
                              held_out_sweep_ms=_held_out(rows, row, whole_sweep=True) if tpot and several else None))
     by_level = [f.held_out_error for f in fits if f.held_out_error is not None]

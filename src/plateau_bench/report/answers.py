@@ -89,6 +89,9 @@ def prediction_view(done: Prediction, workload: WorkloadSpec) -> Group:
                 if done.plateau_low is not None and done.plateau_high is not None else f" ({done.band_note})")
         parts.append(Text(f"Predicted plateau ~{done.plateau.throughput:,.0f} tok/s from "
                           f"C={done.plateau.concurrency}{band}"))
+        if done.held_out_low is not None and done.held_out_high is not None:
+            parts.append(Text(f"  with every step as far off as the worst level held out of the calibration: "
+                              f"{done.held_out_low:,.0f} to {done.held_out_high:,.0f} tok/s"))
     if done.knee is not None:
         parts.append(Text(f"Predicted knee C~{done.knee.concurrency:,.0f}"))
     parts += _notes(done.notes)

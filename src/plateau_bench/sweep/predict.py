@@ -5,7 +5,10 @@ asks about (the cap, the KV cache, the step budget) replace its own; the adaptiv
 virtual time exactly as against a server. The band comes from two more sweeps with every fitted
 coefficient one standard error slower and one faster: the plateau a user should expect lies
 between them when the fit's errors are the only ones (they are not when the engine does something
-the step model lacks, which the calibration's residuals show).
+the step model lacks, which the calibration's residuals show). A second, empirical band comes from
+the calibration's cross-validation: the plateau with every step as far off as the worst held-out TPOT
+(throughput moves inversely with the step time). A prediction beyond what was measured says how far:
+a decoding batch or a context (prompt plus half the answer) larger or smaller than any level's.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ async def predict(model: CalibratedModel, workload: WorkloadSpec, settings: Sett
             value = edge.throughput if edge else None
             low, high = (value, high) if sigmas > 0 else (low, value)
     predicted = [_level(lv, slos) for lv in sorted(levels, key=lambda lv: lv.concurrency or 0)]
+    held_out = _held_out_band(model, plateau)
     meeting = [p for p in predicted if p.meets_slo]
     best = max(meeting, key=lambda p: p.concurrency) if meeting else None
     return Prediction(engine=msgspec.structs.replace(model.engine, max_num_seqs=config.max_num_seqs,
@@ -107,7 +111,39 @@ async def predict(model: CalibratedModel, workload: WorkloadSpec, settings: Sett
                       levels=predicted, plateau=plateau, knee=knee, plateau_low=low, plateau_high=high,
                       slo_max_concurrency=best.concurrency if best else None,
                       slo_throughput=best.output_throughput if best else None, band_note=note,
-                      notes=_notes(model, settings))
+                      notes=[*_notes(model, settings), *_extrapolation(model, levels, workload)],
+                      held_out_low=held_out[0], held_out_high=held_out[1])
+
+
+def _held_out_band(model: CalibratedModel, plateau: Plateau | None) -> tuple[float | None, float | None]:
+    cv = model.cross_validation
+    if plateau is None or cv is None or cv.worst_error is None or abs(cv.worst_error) >= 1:
+        return None, None
+    worst = abs(cv.worst_error)
+    return plateau.throughput / (1 + worst), plateau.throughput / (1 - worst)
+
+
+EXTRAPOLATION = 1.25   # beyond this factor of the measured range, a prediction says it extrapolates
+
+
+def _extrapolation(model: CalibratedModel, levels: Sequence[LevelResult], workload: WorkloadSpec) -> list[str]:
+    """How far the prediction reaches beyond the calibration's decoding batches and contexts."""
+    measured = [lv for lv in model.levels if lv.metric == "tpot"]
+    if not measured or not levels:
+        return []
+    out = []
+    most = max(lv.batch for lv in measured)
+    deepest = max((lv.decoding_concurrency for lv in levels), default=0.0)
+    if deepest > EXTRAPOLATION * most:
+        out.append(f"extrapolates: decoding batches up to ~{deepest:,.0f}, {deepest / most:.1f}x the largest "
+                   f"calibrated ({most:,.0f}); the step model's per-sequence cost is assumed to hold there")
+    contexts = [lv.context for lv in measured if lv.context > 0]
+    context = workload.input_len + workload.output_len / 2
+    if contexts and not min(contexts) / EXTRAPOLATION <= context <= EXTRAPOLATION * max(contexts):
+        out.append(f"extrapolates: a context of ~{context:,.0f} tokens against {min(contexts):,.0f}-"
+                   f"{max(contexts):,.0f} calibrated; the KV read cost (c) carries it"
+                   + ("" if model.parameter("c").identified else ", and c was not identified (folded into a)"))
+    return out
 
 
 def _notes(model: CalibratedModel, settings: Settings) -> list[str]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import statistics
 import sys
 import time
@@ -40,18 +41,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from published_tables import ROOT, Row, Table, load_tables  # noqa: E402
+from published_tables import ROOT, Row, Table, load_tables
 
-from plateau_bench.commands.roofline import roofline_from_options  # noqa: E402
-from plateau_bench.errors import ConfigError  # noqa: E402
-from plateau_bench.result import LevelResult, RunSpec  # noqa: E402
-from plateau_bench.roofline import Efficiency, Roofline, fit_overhead_and_efficiency, measured_efficiency  # noqa: E402
-from plateau_bench.roofline.deployment import DTYPES  # noqa: E402
-from plateau_bench.roofline.hardware import find_gpu  # noqa: E402
-from plateau_bench.sim.config import EngineConfig  # noqa: E402
-from plateau_bench.sim.from_roofline import engine_from_roofline  # noqa: E402
-from plateau_bench.spec import LevelSpec, WorkloadSpec  # noqa: E402
-from plateau_bench.sweep.session import simulate  # noqa: E402
+from plateau_bench.commands.roofline import roofline_from_options
+from plateau_bench.errors import ConfigError
+from plateau_bench.result import LevelResult, RunSpec
+from plateau_bench.roofline import Efficiency, Roofline, fit_overhead_and_efficiency, measured_efficiency
+from plateau_bench.roofline.deployment import DTYPES
+from plateau_bench.roofline.hardware import find_gpu
+from plateau_bench.sim.config import EngineConfig
+from plateau_bench.sim.from_roofline import engine_from_roofline
+from plateau_bench.spec import LevelSpec, WorkloadSpec
+from plateau_bench.sweep.session import simulate
 
 STEADY_S = 600.0        # virtual seconds a concurrency row's steady level runs
 BISECT_STEPS = 14       # efficiency bisection: (0.02, 1] to within ~0.01 % in log space
@@ -67,24 +68,26 @@ class _Quiet:
 
 
 def why_not(table: Table) -> str | None:
-    """Why the twin cannot model the table (None when it can)."""
+    """Why the twin cannot model the table, every reason (None when it can)."""
     s = table.settings
     gpu = table.gpu_for_twin()
+    reasons = []
     if gpu is None:
-        return f"the GPU variant is not stated ({s.gpu!r}) and no assumption is recorded"
-    try:
-        find_gpu(gpu)
-    except ConfigError:
-        return f"the roofline's GPU catalogue has no {gpu!r}"
+        reasons.append(f"the GPU variant is not stated ({s.gpu!r}) and no assumption is recorded")
+    else:
+        try:
+            find_gpu(gpu)
+        except ConfigError:
+            reasons.append(f"the roofline's GPU catalogue has no {gpu!r}")
     if s.dtype is None or s.dtype not in DTYPES:
-        return f"the weight dtype is not stated or not one the roofline knows ({s.dtype})"
+        reasons.append(f"the weight dtype is not stated or not one the roofline knows ({s.dtype})")
     if s.model_config is None:
-        return "no model config"
+        reasons.append("no model config")
     if s.load == "rate":
-        return "open-loop rate rows are not modelled by this benchmark"
+        reasons.append("open-loop rate rows are not modelled by this benchmark")
     if any(r.input_len is None or r.output_len is None for r in table.rows):
-        return "the rows' lengths are not fixed (a sampled dataset), so no twin workload matches them"
-    return None
+        reasons.append("the rows' lengths are not fixed (a sampled dataset), so no twin workload matches them")
+    return "; ".join(reasons) or None
 
 
 def roofline_for(table: Table, row: Row) -> Roofline:
@@ -210,16 +213,16 @@ def render(res: TableResult) -> list[str]:
         mark = " *" if i == t.calibration_row else ""
         cells = ""
         for m, _ in metrics:
-            meas, b, a = r.measured.get(m), r.before.get(m), r.after.get(m)
-            cells += (f" {meas if meas is not None else float('nan'):>13,.1f} {b if b is not None else float('nan'):>9,.1f} "
-                      f"{_pct(r.error(m, 'before')):>6} {a if a is not None else float('nan'):>9,.1f} "
+            figures = (r.measured.get(m), r.before.get(m), r.after.get(m))
+            meas, b, a = (v if v is not None else math.nan for v in figures)
+            cells += (f" {meas:>13,.1f} {b:>9,.1f} {_pct(r.error(m, 'before')):>6} {a:>9,.1f} "
                       f"{_pct(r.error(m, 'after')):>6}")
         lines.append(f"   {(r.row.where + mark):<24}{cells}")
     for m, label in metrics:
-        b, a = res.summary(m, "before"), res.summary(m, "after")
-        if b and a:
-            lines.append(f"   {label}: |error| over the other rows, median / worst: default {b[0]:.0%} / {b[1]:.0%}"
-                         f"  ->  calibrated {a[0]:.0%} / {a[1]:.0%}")
+        before, after = res.summary(m, "before"), res.summary(m, "after")
+        if before and after:
+            lines.append(f"   {label}: |error| over the other rows, median / worst: default {before[0]:.0%} / "
+                         f"{before[1]:.0%}  ->  calibrated {after[0]:.0%} / {after[1]:.0%}")
     lines.append(f"   ({res.seconds:.1f} s)")
     return lines
 

@@ -86,7 +86,8 @@ def why_not(table: Table) -> str | None:
     if s.load == "rate":
         reasons.append("open-loop rate rows are not modelled by this benchmark")
     if any(r.input_len is None or r.output_len is None for r in table.rows):
-        reasons.append("the rows' lengths are not fixed (a sampled dataset), so no twin workload matches them")
+        reasons.append("the rows' lengths are not fixed token counts (not stated, or a sampled dataset), "
+                       "so no twin workload matches them")
     return "; ".join(reasons) or None
 
 

@@ -1,0 +1,83 @@
+"""Published measurements as test data (tests/data/published, bench/published_tables.py) and
+bench/published.py's calibration path: every table is fit (provenance, settings, positive finite figures),
+and a one-point calibration reproduces its own calibration row."""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+import pytest
+
+from support.loading import script
+
+tables_mod = script("bench/published_tables.py")
+published = script("bench/published.py")
+
+TABLES = {t.name: t for t in tables_mod.load_tables()}
+NIM = "nim-1.8.0-llama-3.3-70b-2xh100-fp8-5000-500"
+TRT_8B_H100 = "trtllm-llama-3.1-8b-h100-fp8"
+
+
+def test_at_least_five_tables_each_fit_with_its_provenance() -> None:
+    assert len(TABLES) >= 5
+    for table in TABLES.values():
+        assert table.problems() == [], table.name
+        p = table.provenance
+        assert p.url.startswith("https://") and p.where and p.opened
+        if p.repo is not None:
+            assert p.commit is not None and p.commit in p.url and p.path is not None and p.path in p.url
+        for row in table.rows:
+            assert row.where and row.measured()
+            assert all(math.isfinite(v) and v > 0 for v in row.measured().values())
+    # distinct sources and deployments, not one table cut five ways
+    assert len({(t.settings.model, t.settings.gpu, t.settings.tp, t.settings.dtype, t.settings.engine)
+                for t in TABLES.values()}) >= 5
+    assert len({t.provenance.url for t in TABLES.values()}) >= 3
+
+
+def test_the_check_catches_a_bad_row_and_a_missing_provenance() -> None:
+    table = TABLES[TRT_8B_H100]
+    bad = msgspec.structs.replace(table.rows[0], output_throughput=float("nan"))
+    assert any("not positive and finite" in p for p in
+               msgspec.structs.replace(table, rows=[bad, *table.rows[1:]]).problems())
+    empty = msgspec.structs.replace(table.rows[0], output_throughput=None)
+    assert any("no measured figure" in p for p in msgspec.structs.replace(table, rows=[empty]).problems())
+    unsourced = msgspec.structs.replace(table.provenance, url="", commit="abc")
+    found = msgspec.structs.replace(table, provenance=unsourced).problems()
+    assert any("https URL" in p for p in found) and any("40-hex commit" in p for p in found)
+    with pytest.raises(msgspec.ValidationError):   # a misspelt load kind is refused on load
+        msgspec.json.decode(msgspec.json.encode(table).replace(b'"max_throughput"', b'"max-throughput"'),
+                            type=tables_mod.Table)
+
+
+def test_tables_the_twin_cannot_model_say_why() -> None:
+    reasons = {name: published.why_not(t) for name, t in TABLES.items()}
+    assert reasons[TRT_8B_H100] is None and reasons[NIM] is None
+    sglang = [name for name in reasons if name.startswith("sglang-")]
+    assert sglang and all(reasons[name] for name in sglang)
+
+
+def test_calibrating_on_a_tpot_row_reproduces_that_row() -> None:
+    """--efficiency-from semantics on the NIM sweep's concurrency-1 row: the calibrated twin's TPOT and
+    throughput on that row come back within a few per cent of the measurement (the rest may not)."""
+    res = published.run_table(TABLES[NIM])
+    assert 0 < res.calibration.efficiency <= 1 and res.calibration.overhead_s is not None
+    row = res.rows[TABLES[NIM].calibration_row]
+    assert abs(row.error("tpot_ms", "after")) < 0.03
+    assert abs(row.error("output_throughput", "after")) < 0.05
+    assert len(res.rows) == len(TABLES[NIM].rows)
+    assert all(r.after.get("output_throughput", 0) > 0 and r.before.get("output_throughput", 0) > 0 for r in res.rows)
+
+
+@pytest.mark.slow   # ~30 bursts in virtual time: a few seconds on two cores
+def test_calibrating_on_a_throughput_row_reproduces_that_row() -> None:
+    """The throughput-only path (bisection on --efficiency) on the TensorRT-LLM 8B/H100 table cut to two rows
+    and fewer requests per burst: the calibration row's throughput comes back within 1 %."""
+    table = TABLES[TRT_8B_H100]
+    rows = [msgspec.structs.replace(r, num_requests=2000) for r in table.rows[:2]]
+    res = published.run_table(msgspec.structs.replace(table, rows=rows))
+    assert 0 < res.calibration.efficiency < 1
+    assert abs(res.rows[0].error("output_throughput", "after")) < 0.01
+    text = "\n".join(published.render(res))
+    assert "median / worst: default" in text and "row 128/128 *" in text

@@ -244,13 +244,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--tables", help="comma list of table names (default: all)")
     parser.add_argument("--markdown", action="store_true", help="also print the summary as a Markdown table")
+    parser.add_argument("--summary", action="store_true", help="print only the summary (Markdown), no row")
     args = parser.parse_args()
     tables = load_tables()
     if args.tables:
         wanted = set(args.tables.split(","))
         tables = [t for t in tables if t.name in wanted]
     eff = measured_efficiency()
-    print(f"default efficiency: {eff.describe()}; * = the calibration row; err = predicted / measured - 1")
+    if not args.summary:
+        print(f"default efficiency: {eff.describe()}; * = the calibration row; err = predicted / measured - 1")
     results, skipped = [], []
     for table in tables:
         reason = why_not(table)
@@ -259,10 +261,12 @@ def main() -> None:
             continue
         res = run_table(table)
         results.append(res)
-        print("\n".join(render(res)), flush=True)
+        if not args.summary:
+            print("\n".join(render(res)), flush=True)
     for table, reason in skipped:
-        print(f"== {table.name}: NOT MODELLED: {reason}")
-    if args.markdown:
+        if not args.summary:
+            print(f"== {table.name}: NOT MODELLED: {reason}")
+    if args.markdown or args.summary:
         print("\n".join(markdown(results, skipped)))
 
 

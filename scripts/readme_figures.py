@@ -200,6 +200,8 @@ BLOCKS = {
         Block("sweep-efficiency", "bench/sweep_efficiency.py: adaptive sweep vs the grid (virtual time, ~1.5 min)",
               rel=0.01, abs=0.01, slow=True,
               loose=(("wall time for this case", 1e9, 1e9),)),  # real time, machine-dependent: not compared
+        Block("published", "bench/published.py: the first-principles twin against published measurements "
+              "(virtual time, ~1 min)", rel=0.01, abs=0.01, slow=True),
         Block("gauntlet", "bench/gauntlet.py: the diagnosis scored against the engine's ground truth (~2 min)",
               rel=0.01, abs=0.01, slow=True, loose=(("s of wall time", 1e9, 1e9),)),  # real time: not compared
         Block("scale-out", "bench/scale_out.py: --workers against serve-sim, C=256 to 8,192 (real time, ~3 min)",

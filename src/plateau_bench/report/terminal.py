@@ -16,6 +16,7 @@ from rich.text import Text
 
 from plateau_bench.analysis.open_loop import LATENCY_DEPARTURE
 from plateau_bench.report.repeats import repeat_table, with_repeats
+from plateau_bench.report.time_split import time_split_table
 from plateau_bench.result import (
     Knee,
     Latency,
@@ -92,6 +93,13 @@ def level_table(levels: Sequence[LevelResult], *, title: str | None = None) -> T
         table.add_row(*cells, style="red" if lv.level_failed else None)
         prev = lv
     return table
+
+
+def levels_view(levels: Sequence[LevelResult], *, title: str | None = None) -> RenderableType:
+    """The level table, and below it the server's own time split when it published one."""
+    split = time_split_table(levels)
+    table = level_table(levels, title=title)
+    return table if split is None else Group(table, split)
 
 
 def summary_sentence(levels: Sequence[LevelResult], plateau: Plateau | None, knee: Knee | None) -> str:
@@ -216,6 +224,9 @@ def sweep_report(result: ResultFile, out_dir: str | None) -> RenderableType:
         parts.append(level_table(levels, title=f"{len(levels)} levels" +
                                  (" (burst mode: num-requests = C)" if burst else "")))
         parts.append(_plain(summary_sentence(levels, result.plateau, result.knee)))
+    split = time_split_table(levels)
+    if split is not None:
+        parts.append(split)
     if with_repeats(levels):
         parts.append(repeat_table(levels))
     if result.slo_boundary is not None:
@@ -270,6 +281,9 @@ def run_report(result: ResultFile, out_dir: str | None) -> RenderableType:
         if lv.level_failed:
             parts.append(Text(f"level failed: {lv.failed}/{lv.num_requests} requests failed, mostly "
                               f"{lv.dominant_error}", style="red"))
+    split = time_split_table(result.levels)
+    if split is not None:
+        parts.append(split)
     cache = cache_line(result)
     if cache is not None:
         parts.append(_plain(cache))

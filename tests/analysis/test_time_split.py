@@ -79,8 +79,8 @@ def test_the_verdict_says_where_the_grown_ttft_went() -> None:
     v = diagnose(levels, engine="vllm")
     assert v.constraint == "admission_cap"
     line = next(e for e in v.evidence if "outside the engine" in e)
-    assert line == ("at C=1024: TTFT 99.0 s = 98.0 s queue + 0.4 s prefill + 0.6 s outside the engine (means, by "
-                    "the server's own histograms; TTFT 50 ms at C=1)")
+    assert line == ("at C=1024: TTFT 99.0 s = 98.0 s queue + 400 ms prefill + 600 ms outside the engine (means, "
+                    "by the server's own histograms; TTFT 50 ms at C=1)")
 
 
 def test_no_line_without_a_split_or_when_ttft_did_not_grow() -> None:

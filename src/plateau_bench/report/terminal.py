@@ -217,16 +217,13 @@ def sweep_report(result: ResultFile, out_dir: str | None) -> RenderableType:
     parts: list[RenderableType] = [_plain(seed_line(lv)) for lv in sorted(
         levels, key=lambda lv: (lv.concurrency or 0, lv.rate or 0.0))]
     if result.rate_sweep is not None:
-        parts.append(level_table(levels, title="open-loop rate sweep"))
+        parts.append(levels_view(levels, title="open-loop rate sweep"))
         parts.append(_plain(rate_sentence(result.rate_sweep)))
     else:
         burst = any(lv.mode == "burst" for lv in levels)
-        parts.append(level_table(levels, title=f"{len(levels)} levels" +
+        parts.append(levels_view(levels, title=f"{len(levels)} levels" +
                                  (" (burst mode: num-requests = C)" if burst else "")))
         parts.append(_plain(summary_sentence(levels, result.plateau, result.knee)))
-    split = time_split_table(levels)
-    if split is not None:
-        parts.append(split)
     if with_repeats(levels):
         parts.append(repeat_table(levels))
     if result.slo_boundary is not None:

@@ -1,7 +1,9 @@
 """The server's own time split end to end: serve-sim publishes vLLM's request-phase histograms, the
-scraper keeps them, the level builder splits each level's window, and the terminal shows it.
+scraper keeps them, the level builder splits each level's window, and the sweep's output, ``diagnose``
+and the HTML report show it.
 
-The twin's cap is 4: at C=2 nothing waits, at C=32 most of the time to first token is queueing.
+The twin's cap is 4: at C=2 nothing waits, at C=32 most of the time to first token is queueing (C=8 makes
+the plateau the verdict explains).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from plateau_bench.store import load_result
 
 from support.loading import Cli
 
-pytestmark = pytest.mark.slow  # a real-time sweep over HTTP: ~10 s on two cores
+pytestmark = pytest.mark.slow  # a real-time sweep over HTTP and a report: ~15 s on two cores
 
 CAP = 4
 
@@ -26,7 +28,7 @@ CAP = 4
 def test_each_level_is_split_and_queueing_is_where_ttft_grows(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "run"
     with start_sim_server(get_preset("tiny").with_overrides(max_num_seqs=CAP)) as twin:
-        result = cli("sweep", "--url", twin.url, "--out", str(out), "--concurrency", "2,32", "--min-level-time",
+        result = cli("sweep", "--url", twin.url, "--out", str(out), "--concurrency", "2,8,32", "--min-level-time",
                      "2s", "--max-level-time", "4s", "--input-len", "32", "--output-len", "64")
     assert result.exit_code == 0, result.output
     assert "server's own time split" in result.output
@@ -50,3 +52,11 @@ def test_each_level_is_split_and_queueing_is_where_ttft_grows(cli: Cli, tmp_path
     # what the server does not account for is the HTTP path on this host: small, and not the queue
     assert high.outside_engine_ms is not None and abs(high.outside_engine_ms) < 0.2 * ttft
     assert high.step_tokens is not None and high.step_tokens.mean is not None and high.step_tokens.mean <= CAP + 32
+
+    diagnosed = cli("diagnose", str(out))
+    assert diagnosed.exit_code == 0, diagnosed.output
+    assert "server's own time split" in diagnosed.output and "outside the engine" in diagnosed.output
+    page = tmp_path / "report.html"
+    reported = cli("report", str(out), "--html", str(page))
+    assert reported.exit_code == 0, reported.output
+    assert "The server's own time split" in page.read_text()

@@ -19,8 +19,8 @@ from plateau_bench.result import LevelResult, ServerPhase, ServerTimeSplit
 
 HEADERS = ("level", "requests", "queue mean/p99", "prefill mean/p99", "decode mean/p99", "TTFT client",
            "outside engine", "tok/step mean/p99")
-TITLE = ("server's own time split (its histograms over each level's window; outside engine = client TTFT "
-         "mean - queue - prefill; ?: too few requests, -: not published)")
+TITLE = "server's own time split (its histograms, over each level's window)"
+CAPTION = "outside engine = client TTFT mean - queue - prefill; ?: too few requests; -: not published"
 
 
 def _ms(v: float) -> str:
@@ -72,7 +72,8 @@ def time_split_table(levels: Sequence[LevelResult]) -> Table | None:
     rows = with_split(levels)
     if not rows:
         return None
-    table = Table(title=TITLE, title_justify="left", header_style="bold", pad_edge=False, box=box.SIMPLE_HEAD)
+    table = Table(title=TITLE, caption=CAPTION, title_justify="left", caption_justify="left", header_style="bold",
+                  pad_edge=False, box=box.SIMPLE_HEAD)
     for name in HEADERS:
         table.add_column(name, justify="right", no_wrap=True)
     for lv in rows:

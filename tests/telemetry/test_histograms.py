@@ -164,3 +164,25 @@ def test_histograms_survive_telemetry_jsonl_and_a_broken_one_is_dropped_alone() 
     line["histograms"]["decode_s"] = "not a histogram"
     assert samples_from_lines([line]) == [sample]
     assert "histograms" not in TelemetrySample(t_ns=1, values={"running": 1.0}).to_line()
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+@given(st.lists(st.tuples(st.sampled_from(["_bucket", "_count", "_sum"]),
+                          st.dictionaries(st.sampled_from(["engine", "model_name", "le", "x"]),
+                                          st.text(alphabet='ab0\\"\n}{,= .+', max_size=6), max_size=3),
+                          st.floats(min_value=0, max_value=1e9, allow_nan=False)), min_size=1, max_size=8))
+def test_the_histogram_fast_path_reads_what_the_official_parser_reads(
+        lines: list[tuple[str, dict[str, str], float]]) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = "".join("vllm:request_queue_time_seconds" + suffix
+                   + ("{" + ",".join(f'{k}="{_escaped(v)}"' for k, v in labels.items()) + "}" if labels else "")
+                   + f" {value!r}\n" for suffix, labels, value in lines)
+    official: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            official.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
+    assert parse_exposition(text) == official

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from plateau_bench.records import HistogramSnapshot, TelemetrySample, samples_from_lines
-from plateau_bench.telemetry.engines import LLAMACPP, SGLANG, VLLM, extract_histograms
+from plateau_bench.telemetry.engines import ENGINES, HISTOGRAMS, LLAMACPP, SGLANG, VLLM, extract_histograms
 from plateau_bench.telemetry.exposition import parse_exposition
 from plateau_bench.telemetry.histograms import (
     MIN_OBSERVATIONS,
@@ -75,9 +75,12 @@ def test_label_sets_with_different_bounds_are_not_summed() -> None:
     assert extract_histograms(VLLM, parse_exposition(page)) == {}
 
 
-def test_engines_without_such_histograms_give_none() -> None:
+def test_each_engine_maps_only_what_it_publishes() -> None:
+    assert all(key in HISTOGRAMS for engine in ENGINES for key, _ in engine.histograms)
     assert extract_histograms(LLAMACPP, parse_exposition(golden("llamacpp.prom"))) == {}
     assert {key for key, _ in SGLANG.histograms} == {"queue_s", "e2e_s", "ttft_s"}
+    sglang = extract_histograms(SGLANG, parse_exposition(golden("sglang.prom")))
+    assert "ttft_s" in sglang and sglang["ttft_s"].count > 0
 
 
 def snap(cumulative: list[float], count: float, total: float, le: list[float] | None = None) -> HistogramSnapshot:

@@ -82,14 +82,32 @@ SOURCE_SERVER = "server"   # the server's Prometheus /metrics (and its info endp
 SOURCE_GPU = "gpu"         # local NVML readings
 
 
+class HistogramSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """A server histogram as one scrape saw it: cumulative counts at its finite upper bounds (``le``),
+    and its observation count and sum since the server started.
+
+    The ``+Inf`` bucket's cumulative count is ``count`` itself, so it is not stored (JSON has no infinity).
+    """
+
+    le: list[float]
+    cumulative: list[float]
+    count: float
+    sum: float
+
+
 class TelemetrySample(msgspec.Struct, frozen=True, kw_only=True):
-    """Quantities read at ``t_ns`` (ns since the level start)."""
+    """Quantities read at ``t_ns`` (ns since the level start).
+
+    ``histograms``: the few server histograms the time split reads (``telemetry.engines``), by
+    canonical key (``queue_s``, ``prefill_s``, ``step_tokens``, ...); empty for every other source.
+    """
 
     t_ns: int
     engine: str | None = None
     source: str = SOURCE_SERVER
     values: dict[str, float] = msgspec.field(default_factory=dict)
     raw: dict[str, float] = msgspec.field(default_factory=dict)
+    histograms: dict[str, HistogramSnapshot] = msgspec.field(default_factory=dict)
 
     def get(self, key: str) -> float | None:
         """A canonical or raw quantity, or None when this sample lacks it."""
@@ -102,11 +120,14 @@ class TelemetrySample(msgspec.Struct, frozen=True, kw_only=True):
         Canonical values sit at the top level (``{"t_ns": ..., "running": 4.0, ...}``), which is
         what readers of saved telemetry (the report's time series) look up; raw values are nested.
         """
-        return {"source": self.source, "t_ns": self.t_ns, "engine": self.engine, **self.values,
-                "raw": self.raw}
+        line: dict[str, Any] = {"source": self.source, "t_ns": self.t_ns, "engine": self.engine, **self.values,
+                                "raw": self.raw}
+        if self.histograms:
+            line["histograms"] = msgspec.to_builtins(self.histograms)
+        return line
 
 
-_RESERVED = frozenset({"attempt", "level", "source", "t_ns", "engine", "raw"})
+_RESERVED = frozenset({"attempt", "level", "source", "t_ns", "engine", "raw", "histograms"})
 
 
 def _is_number(value: object) -> bool:
@@ -127,8 +148,26 @@ def samples_from_lines(lines: Iterable[Mapping[str, Any]], source: str = SOURCE_
             t_ns=int(t_ns), engine=engine if isinstance(engine, str) else None, source=source,
             values={k: float(v) for k, v in line.items() if k not in _RESERVED and _is_number(v)},
             raw={str(k): float(v) for k, v in raw.items() if _is_number(v)},
+            histograms=_histograms(line.get("histograms")),
         ))
     out.sort(key=lambda s: s.t_ns)
+    return out
+
+
+def _histograms(saved: object) -> dict[str, HistogramSnapshot]:
+    """Saved histograms read back; one that does not fit (bounds and counts of different lengths, a value
+    that is not a finite number) is dropped alone, the rest of its line kept."""
+    if not isinstance(saved, Mapping):
+        return {}
+    out: dict[str, HistogramSnapshot] = {}
+    for key, value in saved.items():
+        try:
+            snap = msgspec.convert(value, HistogramSnapshot)
+        except msgspec.ValidationError:
+            continue
+        numbers = [*snap.le, *snap.cumulative, snap.count, snap.sum]
+        if len(snap.le) == len(snap.cumulative) and all(math.isfinite(v) for v in numbers):
+            out[str(key)] = snap
     return out
 
 

@@ -27,6 +27,8 @@ from plateau_bench.result_parts import RepeatFigures as RepeatFigures
 from plateau_bench.result_parts import RepeatStats as RepeatStats
 from plateau_bench.result_parts import RooflineLevel as RooflineLevel
 from plateau_bench.result_parts import RooflinePlacement as RooflinePlacement
+from plateau_bench.result_parts import ServerPhase as ServerPhase
+from plateau_bench.result_parts import ServerTimeSplit as ServerTimeSplit
 from plateau_bench.spec import LevelSpec, WorkloadSpec
 
 SCHEMA_VERSION = 2
@@ -252,6 +254,7 @@ class LevelResult(msgspec.Struct, kw_only=True):
     # In flight when the level ended without a drain (--no-drain at a precise stop, a first Ctrl-C): not measured.
     cancelled_at_end: int = 0
     telemetry: ServerTelemetry = msgspec.field(default_factory=ServerTelemetry)
+    time_split: ServerTimeSplit | None = None   # the server's queue/prefill/decode histograms; None: not published
     client: ClientHealth = msgspec.field(default_factory=ClientHealth)
     gpu_note: str | None = None              # why local GPU telemetry is absent
     gpu_metrics: GpuMetrics | None = None    # DCGM exporters, when --gpu-metrics-url was given

@@ -1,6 +1,6 @@
 """Parts of the result tree with a topic of their own: a level's repeats (``--repeat``), the prompts it
-sent (what repeated, on purpose or not) and the plateau's place against the hardware's ceiling
-(``--roofline``). ``plateau_bench.result`` uses and
+sent (what repeated, on purpose or not), the plateau's place against the hardware's ceiling
+(``--roofline``) and the server's own time split. ``plateau_bench.result`` uses and
 re-exports them; they are split out only to keep each module small.
 """
 
@@ -127,3 +127,39 @@ class PromptUse(msgspec.Struct, kw_only=True):
         self.dataset_from = self.dataset_from if self.dataset_from is not None else other.dataset_from
         self.span = max(self.span, other.span)
         self.exhausted = self.exhausted or other.exhausted
+
+
+class ServerPhase(msgspec.Struct, frozen=True, kw_only=True):
+    """One interval of the server's own account of its requests over a level's window (``analysis.time_split``).
+
+    ``mean``/``p99`` are None (unknown, not 0) with fewer than a handful of observations in the window;
+    ``p99_above``: the p99 lies in the histogram's +Inf bucket, so it is above ``p99`` (its last finite bound).
+    Milliseconds, except tokens per engine step.
+    """
+
+    observations: float = 0.0     # requests (steps, for tokens per step) the server counted in the window
+    mean: float | None = None
+    p99: float | None = None
+    p99_above: bool = False
+
+
+class ServerTimeSplit(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a level's time went by the server's own histograms (vLLM's names; see ``telemetry.engines``).
+
+    A phase is None when the engine does not publish it. ``queue_ms``: waiting to be first scheduled;
+    ``prefill_ms``: first scheduled to first token; ``decode_ms``: first to last token; ``inference_ms``:
+    first scheduled to last token; ``server_ttft_ms``, ``server_e2e_ms``: the server's own TTFT and
+    latency, from the request's arrival at its API server. ``outside_engine_ms`` is the client's mean TTFT
+    less the server's mean queue + prefill: network, HTTP, tokenisation, the hop into the engine.
+    """
+
+    engine: str | None = None
+    queue_ms: ServerPhase | None = None
+    prefill_ms: ServerPhase | None = None
+    decode_ms: ServerPhase | None = None
+    inference_ms: ServerPhase | None = None
+    server_ttft_ms: ServerPhase | None = None
+    server_e2e_ms: ServerPhase | None = None
+    step_tokens: ServerPhase | None = None
+    client_ttft_mean_ms: float | None = None
+    outside_engine_ms: float | None = None

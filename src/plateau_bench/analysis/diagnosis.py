@@ -27,6 +27,8 @@ because an earlier one makes the later figures meaningless:
    time (measured from TTFT at the lowest level), else compute / bandwidth saturation.
 
 GPU figures (DCGM), when recorded, are read by ``analysis.gpu`` into ``gpu_evidence`` for the constraint named.
+When TTFT grew with load and the server published its own time split, the evidence says where that TTFT
+went: queue, prefill, or outside the engine (``diagnosis_split``).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from plateau_bench.analysis.diagnosis_common import (
 )
 from plateau_bench.analysis.diagnosis_compute import PREFILL_BOUND, compute_verdict, prefill_estimate, prefill_verdict
 from plateau_bench.analysis.diagnosis_kv import KvSign, history_evidence, kv_needed, kv_signature
+from plateau_bench.analysis.diagnosis_split import time_split_evidence
 from plateau_bench.analysis.diagnosis_table import summaries_only, summary_verdict
 from plateau_bench.analysis.gpu import gpu_evidence, gpu_suggestions
 from plateau_bench.analysis.open_loop import open_loop_verdict
@@ -197,6 +200,9 @@ def _limits(s: Sweep) -> Verdict:
     if v is None:
         v = prefill_verdict(s, s.prefill) if s.prefill and s.prefill_share >= PREFILL_BOUND else compute_verdict(s)
     v.evidence.insert(0, s.plateau_line())
+    split = time_split_evidence(s)
+    if split is not None:
+        v.evidence.append(split)
     _still_growing(s, v)
     return v
 

@@ -2,8 +2,9 @@
 
 Both runners (real HTTP and the twin in virtual time) hand their raw records and samples here, so a
 level measured either way is analysed identically: request metrics over the measurement window
-(``metrics``), the server's telemetry and the GPUs over the same window (``telemetry.summary``), and
-the load generator's health (``health``). Notes say what happened to the level itself.
+(``metrics``), the server's telemetry and the GPUs over the same window (``telemetry.summary``), the
+server's own time split from its histograms (``time_split``), and the load generator's health
+(``health``). Notes say what happened to the level itself.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from plateau_bench.analysis.energy import per_output_token
 from plateau_bench.analysis.gpu import gpu_metrics
 from plateau_bench.analysis.health import summarize_health, with_requests
 from plateau_bench.analysis.metrics import Window, compute_level, full_window, steady_window
+from plateau_bench.analysis.time_split import server_time_split
 from plateau_bench.analysis.turns import turn_metrics
 from plateau_bench.level_run import LevelRun
 from plateau_bench.result import GpuMetrics, LevelResult, ServerTelemetry, SimLevelInfo
@@ -116,6 +118,8 @@ def build_level(run: LevelRun) -> LevelResult:
         started_at=run.started_at,
         t0_monotonic_ns=run.t0_monotonic_ns,
         telemetry=_telemetry(run, window),
+        time_split=server_time_split(run.server_samples, window.start_ns, window.end_ns,
+                                     client_ttft_mean_ms=result.ttft_ms.mean, engine=run.engine),
         client=with_requests(summarize_health(run.health_samples, window.start_ns, window.end_ns,
                                               run.load_processes), run.records),
         gpu_note=None if run.gpu_samples else run.gpu_note,

@@ -17,7 +17,7 @@ from plateau_bench.commands import roofline_opts as r
 from plateau_bench.commands.groups import grouped
 from plateau_bench.commands.options import Json, wide_console
 from plateau_bench.errors import ResultsError
-from plateau_bench.report.terminal import cache_line, level_table, summary_sentence, verdict_text
+from plateau_bench.report.terminal import cache_line, levels_view, summary_sentence, verdict_text
 from plateau_bench.result import Knee, Plateau, ResultFile, SearchSettings, Verdict
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.store import load_result
@@ -72,7 +72,7 @@ def diagnose_cmd(
         typer.echo(msgspec.json.format(msgspec.json.encode(out), indent=2).decode())
         return
     console = wide_console()
-    console.print(level_table(levels, title=f"{run_dir}"))
+    console.print(levels_view(levels, title=f"{run_dir}"))
     console.print(summary_sentence(levels, plateau, knee), highlight=False)
     cache = cache_line(result)
     if cache is not None:

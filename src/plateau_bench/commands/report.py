@@ -22,7 +22,7 @@ from plateau_bench.importers import vllm_json_lines
 from plateau_bench.report.html import check_writable, render_html, write_text
 from plateau_bench.report.plots import write_pngs
 from plateau_bench.report.tables import FORMATS, render_table
-from plateau_bench.report.terminal import level_table, verdict_text
+from plateau_bench.report.terminal import levels_view, verdict_text
 from plateau_bench.roofline import Roofline
 from plateau_bench.run_view import ReportRun
 from plateau_bench.store import load_runs
@@ -88,7 +88,7 @@ def report_cmd(
     if html_out is None and png_dir is None and fmt is None:
         console = wide_console()
         for run in runs:
-            console.print(level_table(run.levels, title=str(run.path)))
+            console.print(levels_view(run.levels, title=str(run.path)))
             if ceiling is not None and run.result.verdict is not None:
                 console.print(verdict_text(run.result.verdict))
 

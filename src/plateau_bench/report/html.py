@@ -11,7 +11,8 @@ samples (downsampled, which keeps a 10-level sweep far below a few megabytes). I
 the runs come loaded (``store.load_runs``), their records through each run's ``records`` loader.
 
 Sections: verdict and headline figures, throughput vs concurrency, latency vs concurrency, the
-throughput-latency frontier, the table of levels, each level over time, and the spec and
+throughput-latency frontier, the table of levels (with the server's own time split when it published
+one), each level over time, and the spec and
 environment of each run. Several runs are overlaid (one colour per run, named by directory);
 when their workloads differ, the difference is stated at the top of the page.
 """
@@ -33,6 +34,7 @@ from plateau_bench.report import plots
 from plateau_bench.report.html_turns import has_turns, turns_table
 from plateau_bench.report.repeats import repeat_table_html
 from plateau_bench.report.tables import COLUMNS, format_cell
+from plateau_bench.report.time_split import time_split_html
 from plateau_bench.result import LevelResult
 from plateau_bench.run_view import ReportRun
 
@@ -295,7 +297,8 @@ def render_html(runs: Sequence[ReportRun]) -> str:
         out.append(f"<h2>Against the hardware</h2><figure>{svg}<figcaption>{_esc(ROOFLINE_CAPTION)}"
                    "</figcaption></figure>")
     out.append("<h2>Levels</h2>")
-    out += _per_run(runs, lambda run, _: _level_table(run) + repeat_table_html(run.levels))
+    out += _per_run(runs, lambda run, _: (_level_table(run) + time_split_html(run.levels)
+                                          + repeat_table_html(run.levels)))
     if has_turns(runs):
         out.append("<h2>Turns of multi-turn sessions</h2><p class=\"sub\">Per level and turn index: the prompt "
                    "grows with the conversation's history; TTFT grows with it unless the prefix cache reuses it.</p>")

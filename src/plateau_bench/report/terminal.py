@@ -16,6 +16,7 @@ from rich.text import Text
 
 from plateau_bench.analysis.open_loop import LATENCY_DEPARTURE
 from plateau_bench.report.repeats import repeat_table, with_repeats
+from plateau_bench.report.time_split import time_split_table
 from plateau_bench.result import (
     Knee,
     Latency,
@@ -92,6 +93,13 @@ def level_table(levels: Sequence[LevelResult], *, title: str | None = None) -> T
         table.add_row(*cells, style="red" if lv.level_failed else None)
         prev = lv
     return table
+
+
+def levels_view(levels: Sequence[LevelResult], *, title: str | None = None) -> RenderableType:
+    """The level table, and below it the server's own time split when it published one."""
+    split = time_split_table(levels)
+    table = level_table(levels, title=title)
+    return table if split is None else Group(table, split)
 
 
 def summary_sentence(levels: Sequence[LevelResult], plateau: Plateau | None, knee: Knee | None) -> str:
@@ -209,11 +217,11 @@ def sweep_report(result: ResultFile, out_dir: str | None) -> RenderableType:
     parts: list[RenderableType] = [_plain(seed_line(lv)) for lv in sorted(
         levels, key=lambda lv: (lv.concurrency or 0, lv.rate or 0.0))]
     if result.rate_sweep is not None:
-        parts.append(level_table(levels, title="open-loop rate sweep"))
+        parts.append(levels_view(levels, title="open-loop rate sweep"))
         parts.append(_plain(rate_sentence(result.rate_sweep)))
     else:
         burst = any(lv.mode == "burst" for lv in levels)
-        parts.append(level_table(levels, title=f"{len(levels)} levels" +
+        parts.append(levels_view(levels, title=f"{len(levels)} levels" +
                                  (" (burst mode: num-requests = C)" if burst else "")))
         parts.append(_plain(summary_sentence(levels, result.plateau, result.knee)))
     if with_repeats(levels):
@@ -270,6 +278,9 @@ def run_report(result: ResultFile, out_dir: str | None) -> RenderableType:
         if lv.level_failed:
             parts.append(Text(f"level failed: {lv.failed}/{lv.num_requests} requests failed, mostly "
                               f"{lv.dominant_error}", style="red"))
+    split = time_split_table(result.levels)
+    if split is not None:
+        parts.append(split)
     cache = cache_line(result)
     if cache is not None:
         parts.append(_plain(cache))

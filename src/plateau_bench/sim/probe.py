@@ -10,7 +10,8 @@ step and accumulates, in virtual seconds:
   ``preempted`` (the cache ran short and the step evicted running requests: it admits nobody);
 * **what the step time was spent on**, by the terms of ``StepModel``: ``prefill_s`` (prompt tokens
   and the context they attend to, ``b*prefill_tokens + c*prefill_kv_read``), and ``busy_s``;
-* time integrals of the running count, the decode batch and the KV blocks held.
+* time integrals of the running count, the decode batch and the KV blocks held;
+* the steps by their token count (``step_tokens``), for ``/metrics``' tokens per engine step.
 
 It also keeps a ``Snapshot`` of those cumulative counters and of the gauges (running, waiting, KV
 usage, preemptions, token counters) every ``sample_s`` of virtual time, as a scraper polling
@@ -109,6 +110,8 @@ class Probe:
         self.kv_blocks_s = 0.0
         self.snapshots: list[Snapshot] = []
         self._next = 0.0 if sample_s is not None else float("inf")
+        # tokens per step (prefill chunks + decoded sequences) -> steps, for /metrics' iteration tokens
+        self.step_tokens: dict[int, int] = {}
 
     def on_step(self, engine: _Engine, plan: StepPlan, running: int) -> None:
         """Account one committed plan (``k`` steps) run with ``running`` requests in the batch."""
@@ -117,6 +120,8 @@ class Probe:
         reason = _INDEX[plan.blocked]
         prefill = engine._b * plan.prefill_tokens + engine._c * plan.kv_read if plan.prefill_tokens else 0.0
         kv = engine._blocks_used
+        tokens = plan.prefill_tokens + plan.n_decode   # a plan of k steps is k identical decode steps
+        self.step_tokens[tokens] = self.step_tokens.get(tokens, 0) + plan.k
         if self._next <= start + dt:
             waiting = engine._counts()[1]
             while self._next < start:    # the engine sat idle: nothing running, nothing waiting

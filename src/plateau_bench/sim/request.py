@@ -52,8 +52,8 @@ class SimRequest:
     """One request inside the engine. Times are virtual seconds."""
 
     __slots__ = ("arrival", "base_g", "blocks", "computed", "end", "finish_g", "first_token", "hashes", "key",
-                 "output", "payload", "preemptions", "prompt", "registered", "rid", "sent", "shared", "state",
-                 "times", "worker")
+                 "output", "payload", "preemptions", "prompt", "registered", "rid", "scheduled", "sent", "shared",
+                 "state", "times", "worker")
 
     def __init__(self, rid: int, prompt: int, output: int, arrival: float, worker: int,
                  payload: object) -> None:
@@ -70,6 +70,7 @@ class SimRequest:
         self.base_g = 0        # decode-step counter when it joined the decode batch
         self.key = 0           # computed - G while decoding
         self.finish_g = -1     # while decoding: the decode step at which it finishes
+        self.scheduled = -1.0  # the start of the step that first admitted it (a preemption does not reset it)
         self.first_token = -1.0
         self.end = -1.0
         self.preemptions = 0

@@ -172,6 +172,8 @@ class Scheduler(PrefixCaching):
                 req.computed = 0
                 req.blocks = blocks
             req.state = PREFILL
+            if req.scheduled < 0:   # vLLM's queue time ends at the first scheduling (stats.py)
+                req.scheduled = plan.t_start
             free -= blocks
             budget -= chunk
             running[req.rid] = req

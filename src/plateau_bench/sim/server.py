@@ -202,6 +202,10 @@ class SimServer:
             gaps = req.output - 1
             itl = (req.end - req.first_token) / self.speed / gaps if gaps > 0 else None
             self.metrics.observe_request(ttft, itl, gaps)
+            scheduled = req.scheduled if req.scheduled >= 0 else req.arrival
+            self.metrics.observe_phases(queue_s=(scheduled - req.arrival) / self.speed,
+                                        prefill_s=(req.first_token - scheduled) / self.speed,
+                                        decode_s=(req.end - req.first_token) / self.speed)
 
     # -- request handling ---------------------------------------------------------------
     async def _read_json(self, request: web.Request) -> dict[str, Any] | web.Response:

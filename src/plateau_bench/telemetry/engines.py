@@ -28,6 +28,24 @@ Matching rules, and why:
 * Several label sets of one name (data-parallel engines, several models) are summed for counts and
   averaged for ratios; a ``breakdown`` label (vLLM's ``reason``) splits a quantity into one key per
   label value instead, and is never summed.
+
+Histograms (``HISTOGRAMS``: the server's own time split, read by ``telemetry.histograms``) are kept
+whole (``records.HistogramSnapshot``: cumulative bucket counts, count and sum), only those listed, and
+summed over label sets with the same bounds (one per data-parallel engine):
+
+* ``queue_s``      waiting before first scheduled    vLLM ``request_queue_time_seconds``, SGLang ``queue_time_seconds``
+* ``prefill_s``    first scheduled -> first token    vLLM ``request_prefill_time_seconds``
+* ``decode_s``     first token -> last token         vLLM ``request_decode_time_seconds``
+* ``inference_s``  first scheduled -> last token     vLLM ``request_inference_time_seconds``
+* ``e2e_s``        the server's end-to-end latency   vLLM/SGLang ``e2e_request_latency_seconds``
+* ``ttft_s``       the server's time to first token  vLLM/SGLang ``time_to_first_token_seconds``
+* ``step_tokens``  tokens per engine step            vLLM ``iteration_tokens_total`` (a histogram despite ``_total``)
+
+vLLM's queue and prefill intervals are stamped in the engine core (``vllm/v1/metrics/stats.py``), its TTFT
+and end-to-end latency in the API server from the request's arrival. SGLang's queue time is also from
+entering the wait queue to the first forward pass; it publishes no per-request prefill or decode
+histogram under a stable name (``per_stage_req_latency_seconds`` stages vary by mode and version), and
+llama.cpp and TGI publish no such histograms on ``/metrics``: absent, the split shows those as unknown.
 """
 
 from __future__ import annotations
@@ -36,6 +54,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from plateau_bench.records import HistogramSnapshot
 
 Kind = Literal["gauge", "counter", "static"]
 Combine = Literal["sum", "mean"]
@@ -47,6 +67,8 @@ CANONICAL: tuple[str, ...] = (
     "running", "waiting", "kv_usage", "preemptions", "prompt_tokens", "generation_tokens",
     "cap", "kv_capacity_tokens",
 )
+# the histograms the time split reads, by canonical key (module docstring)
+HISTOGRAMS: tuple[str, ...] = ("queue_s", "prefill_s", "decode_s", "inference_s", "e2e_s", "ttft_s", "step_tokens")
 
 
 @dataclass(frozen=True)
@@ -71,6 +93,8 @@ class EngineMap:
     info_kinds: tuple[str, ...] = ()
     # names kept by the prefilter besides the quantities' own (vLLM's *_info metrics)
     wanted_suffixes: tuple[str, ...] = ()
+    # histogram key -> metric name (see HISTOGRAMS)
+    histograms: tuple[tuple[str, str], ...] = ()
 
 
 def _g(key: str, *names: str, combine: Combine = "sum", breakdown: str | None = None) -> Quantity:
@@ -142,6 +166,15 @@ VLLM = EngineMap(
     ),
     derive=_vllm_derive,
     wanted_suffixes=("_info",),
+    histograms=(
+        ("queue_s", "vllm:request_queue_time_seconds"),
+        ("prefill_s", "vllm:request_prefill_time_seconds"),
+        ("decode_s", "vllm:request_decode_time_seconds"),
+        ("inference_s", "vllm:request_inference_time_seconds"),
+        ("e2e_s", "vllm:e2e_request_latency_seconds"),
+        ("ttft_s", "vllm:time_to_first_token_seconds"),
+        ("step_tokens", "vllm:iteration_tokens_total"),
+    ),
 )
 
 SGLANG = EngineMap(
@@ -162,6 +195,11 @@ SGLANG = EngineMap(
         _g("retracted", "sglang:num_retracted_reqs"),
     ),
     info_kinds=("server_info",),
+    histograms=(
+        ("queue_s", "sglang:queue_time_seconds"),
+        ("e2e_s", "sglang:e2e_request_latency_seconds"),
+        ("ttft_s", "sglang:time_to_first_token_seconds"),
+    ),
 )
 
 def _llamacpp_derive(index: MetricIndex) -> dict[str, float]:
@@ -275,6 +313,38 @@ def extract(engine: EngineMap, index: MetricIndex) -> tuple[dict[str, float], di
         for key, v in engine.derive(index).items():
             (values if key in CANONICAL else raw)[key] = v
     return values, raw
+
+
+def extract_histograms(engine: EngineMap, index: MetricIndex) -> dict[str, HistogramSnapshot]:
+    """The engine's listed histograms from one parsed scrape (summed over label sets with equal bounds)."""
+    out: dict[str, HistogramSnapshot] = {}
+    for key, name in engine.histograms:
+        snapshot = _histogram(index, name)
+        if snapshot is not None:
+            out[key] = snapshot
+    return out
+
+
+def _histogram(index: MetricIndex, name: str) -> HistogramSnapshot | None:
+    """One histogram's buckets, count and sum; None when absent or when its label sets disagree on bounds
+    (summing buckets with different edges would put observations in the wrong ones)."""
+    per_set: dict[tuple[tuple[str, str], ...], dict[float, float]] = {}
+    for labels, value in index.get(name + "_bucket", []):
+        bound = _number(labels.get("le"))
+        if bound is None or not math.isfinite(value):
+            continue   # le="+Inf" has no finite bound: its cumulative count is the histogram's count
+        series = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+        per_set.setdefault(series, {})[bound] = value
+    counts = _finite(index.get(name + "_count", []))
+    sums = _finite(index.get(name + "_sum", []))
+    if not per_set or not counts or not sums:
+        return None
+    bounds = sorted(next(iter(per_set.values())))
+    if any(sorted(buckets) != bounds for buckets in per_set.values()):
+        return None
+    cumulative = [sum(buckets[b] for buckets in per_set.values()) for b in bounds]
+    return HistogramSnapshot(le=bounds, cumulative=cumulative, count=sum(v for _, v in counts),
+                             sum=sum(v for _, v in sums))
 
 
 # -- JSON info endpoints -------------------------------------------------------------------------

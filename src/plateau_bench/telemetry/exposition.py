@@ -3,7 +3,8 @@
 ``parse_exposition`` runs prometheus_client's official text parser. Before it, ``prefilter`` keeps
 only the lines whose metric name some engine map reads (plus vLLM's ``*_info`` metrics): a vLLM
 page is mostly histogram buckets, and the official parser costs tens of microseconds a line, so parsing a whole
-2,000-line page would stall the load generator's event loop for tens of milliseconds per scrape.
+2,000-line page would stall the load generator's event loop for tens of milliseconds per scrape. Of the
+histograms only the few the time split reads are kept (``EngineMap.histograms``: seven on vLLM, ~170 lines).
 The filter compares names exactly (a regular expression factored by common prefix, anchored on
 the character after the name), so it never keeps ``vllm:num_requests_waiting_by_reason`` for
 ``vllm:num_requests_waiting`` or the reverse: both are wanted, each as itself.
@@ -29,6 +30,8 @@ def _wanted_names() -> frozenset[str]:
                 for suffix in ("_sum", "_count"):
                     if n.endswith(suffix):
                         names.add(n[: -len(suffix)])   # the histogram's TYPE line
+        for _, n in engine.histograms:   # kept whole: TYPE line, buckets, count and sum (not ``_created``)
+            names.update((n, n + "_bucket", n + "_count", n + "_sum"))
     return frozenset(names)
 
 
@@ -108,13 +111,65 @@ def parse_exposition(text: str, *, filtered: bool = True) -> MetricIndex:
     Raises:
         ValueError: the text is not valid exposition format (the parser's own error).
     """
-    if filtered:
-        text = prefilter(text)
     index: MetricIndex = {}
+    if filtered:
+        text = _take_histogram_lines(prefilter(text), index)
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             index.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
     return index
+
+
+def _histogram_names() -> tuple[frozenset[str], frozenset[str]]:
+    families = frozenset(n for engine in ENGINES for _, n in engine.histograms)
+    return families, frozenset(n + suffix for n in families for suffix in ("_bucket", "_count", "_sum"))
+
+
+_HISTOGRAM_FAMILIES, _HISTOGRAM_SAMPLES = _histogram_names()
+_SAMPLE_LINE = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?[ \t]+(\S+)(?:[ \t]+-?\d+)?[ \t]*")
+_LABEL = r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"'
+_LABEL_PAIR = re.compile(_LABEL)
+_LABELS = re.compile(rf"(?:{_LABEL}(?:,|$))*")
+_UNESCAPE = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+
+
+def _take_histogram_lines(text: str, index: MetricIndex) -> str:
+    """Read the time split's histogram samples into ``index`` directly; return the other lines.
+
+    Their ~170 bucket lines would cost the official parser ~3 ms a scrape (six times the rest of a vLLM
+    page), on the event loop the load shares; a sample line is simple enough to read with one regular
+    expression (~5x faster). A line it does not fully understand goes to the official parser, untyped
+    (its name and labels kept), and the families' HELP/TYPE lines are dropped with their samples.
+    """
+    rest: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            if _line_name(line) not in _HISTOGRAM_FAMILIES:
+                rest.append(line)
+            continue
+        sample = _histogram_sample(line)
+        if sample is None:
+            rest.append(line)
+        else:
+            name, labels, value = sample
+            index.setdefault(name, []).append((labels, value))
+    return "\n".join(rest) + "\n"
+
+
+def _histogram_sample(line: str) -> tuple[str, dict[str, str], float] | None:
+    match = _SAMPLE_LINE.fullmatch(line)
+    if match is None or match.group(1) not in _HISTOGRAM_SAMPLES:
+        return None
+    body = match.group(2) or ""
+    if not _LABELS.fullmatch(body.rstrip(",")):
+        return None
+    try:
+        value = float(match.group(3))
+    except ValueError:
+        return None
+    labels = {key: re.sub(r"\\[\\\"n]", lambda m: _UNESCAPE[m.group(0)], raw) if "\\" in raw else raw
+              for key, raw in _LABEL_PAIR.findall(body)}
+    return match.group(1), labels, value
 
 
 def engine_names_present(text: str) -> set[str]:

@@ -45,6 +45,7 @@ from plateau_bench.telemetry.engines import (
     EngineMap,
     detect_engine,
     extract,
+    extract_histograms,
     info_values,
 )
 from plateau_bench.telemetry.exposition import engine_names_present, parse_exposition
@@ -265,7 +266,7 @@ class TelemetryScraper:
                 (values if key in CANONICAL else raw).setdefault(key, v)
             t0 = self._t0_ns or 0
             sample = TelemetrySample(t_ns=(t_send + t_recv) // 2 - t0, engine=self._engine.name,
-                                     values=values, raw=raw)
+                                     values=values, raw=raw, histograms=extract_histograms(self._engine, index))
             self._samples.append(sample)
             self.scrapes += 1
             if self._on_sample is not None:

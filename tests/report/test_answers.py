@@ -52,7 +52,8 @@ def test_the_model_shows_each_coefficient_in_its_unit_and_every_fit() -> None:
         Parameter(name="t0", value=2e-3, stderr=1.2e-7), Parameter(name="a", value=1e-4),
         Parameter(name="b", value=2e-6, stderr=1e-9), Parameter(name="c", value=0.0, identified=False,
                                                                   note="not identified")],
-        levels=[LevelFit(run="tiny", label="C=8", batch=7.9, measured_ms=2.79, fitted_ms=2.8)],
+        levels=[LevelFit(run="tiny", label="C=8", batch=7.9, measured_ms=2.79, fitted_ms=2.8),
+                LevelFit(run="tiny", label="C=16", batch=15.8, measured_ms=3.5, fitted_ms=3.5, held_out_ms=3.57)],
         sources=["runs/[a]"], cap_source="diagnosis", kv_source="client lower bound", policy_source="engine",
         input_len=129.0, output_len=127.0, notes=["[bold]kept[/bold] as written"])
     out = text(model_view(model))
@@ -60,7 +61,10 @@ def test_the_model_shows_each_coefficient_in_its_unit_and_every_fit() -> None:
     assert rows(model_view(model), "t0")[0][1:4] == ["2", "0.00012", "ms per step"]
     assert rows(model_view(model), "a")[0][2] == "-"              # no standard error
     assert "cap 32 running requests (diagnosis); KV cache 8,186 tokens (client lower bound)" in out
-    assert rows(model_view(model), "tiny")[0] == ["tiny", "C=8", "7.9", "TPOT", "2.79", "2.80", "+0.4%"]
+    # The held-out column: what the fit without the level predicts it to be ("-": that fit could not be made).
+    assert rows(model_view(model), "tiny") == [["tiny", "C=8", "7.9", "TPOT", "2.79", "2.80", "+0.4%", "-"],
+                                               ["tiny", "C=16", "15.8", "TPOT", "3.50", "3.50", "+0.0%", "+2.0%"]]
+    assert "Cross-validated: no level can be left out" in out   # the model states no cross-validation
     assert "  note: [bold]kept[/bold] as written" in out
 
 

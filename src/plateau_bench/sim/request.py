@@ -53,8 +53,8 @@ class SimRequest:
     """One request inside the engine. Times are virtual seconds."""
 
     __slots__ = ("arrival", "base_g", "blocks", "computed", "end", "entered", "finish_g", "first_token", "hashes",
-                 "key", "output", "payload", "preemptions", "prompt", "registered", "rid", "scheduled", "sent", "shared",
-                 "state", "times", "worker")
+                 "key", "output", "payload", "preemptions", "prompt", "registered", "rid", "scheduled", "sent",
+                 "shared", "state", "times", "worker")
 
     def __init__(self, rid: int, prompt: int, output: int, arrival: float, worker: int,
                  payload: object) -> None:

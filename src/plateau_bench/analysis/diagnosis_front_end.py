@@ -39,9 +39,9 @@ REPLICAS = "or more replicas behind a load balancer, each with its own API serve
 def outside_share(level: LevelResult) -> float | None:
     """Share of the client's requests in flight that the server's /metrics do not count (None: unknown)."""
     t = level.telemetry
-    if t.running_mean is None or level.achieved_concurrency <= 0:
-        return None
-    inside = t.running_mean + (t.waiting_mean or 0.0)
+    if t.running_mean is None or t.waiting_mean is None or level.achieved_concurrency <= 0:
+        return None   # both gauges count the requests in the engine: one alone would miss some
+    inside = t.running_mean + t.waiting_mean
     return max(0.0, 1.0 - inside / level.achieved_concurrency)
 
 
@@ -74,8 +74,8 @@ def _outside_evidence(s: Sweep) -> list[str]:
     if share is not None and count is not None and share >= OUTSIDE_SHARE and (base is None or count > 2 * base):
         t = last.telemetry
         return [f"at {at(last)}: {last.achieved_concurrency:.0f} requests in flight at the client, "
-                f"{(t.running_mean or 0) + (t.waiting_mean or 0):.0f} in the engine ({t.running_mean or 0:.0f} "
-                f"running, {t.waiting_mean or 0:.0f} waiting, /metrics): {share:.0%} wait outside it"
+                f"{last.achieved_concurrency - count:.0f} in the engine ({t.running_mean or 0:.0f} running, "
+                f"{t.waiting_mean or 0:.0f} waiting, /metrics): {share:.0%} wait outside it"
                 + (f" ({base:.1f} at {at(first)})" if base is not None else "")]
     split, split_base = _split_outside(last), _split_outside(first)
     if split is not None and split[0] >= OUTSIDE_SHARE * split[1] and (

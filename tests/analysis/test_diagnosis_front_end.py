@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from plateau_bench.analysis.diagnosis import diagnose
@@ -29,7 +30,8 @@ def front_end_bound(cpu: float | None = 0.97, *, metrics: bool = True) -> list[L
         ttft = 60.0 if c <= 40 else 60 + (c - 40) * 25.0   # queueing in the front end, one request at a time
         raw = {"process_cpu_rate": min(1.0, c / 40) * cpu} if cpu is not None else {}
         telemetry = (ServerTelemetry(running_mean=b * 0.97, running_max=float(b), waiting_mean=0.3, cap=float(CAP),
-                                     kv_usage_max=0.2, kv_usage_mean=0.15, raw=raw) if metrics else ServerTelemetry())
+                                     kv_usage_max=0.2, kv_usage_mean=0.15, raw=raw, samples=20)
+                     if metrics else ServerTelemetry())
         out.append(_level(c, b * 1000 / tpot, batch=b, ttft=ttft, tpot=tpot, telemetry=telemetry))
     return out
 
@@ -42,7 +44,8 @@ def engine_capped(cpu: float = 0.2) -> list[LevelResult]:
         tpot = 14 + 0.195 * b
         ttft = 50.0 if c <= CAP else 50 + (c - CAP) / CAP * 33_000
         telemetry = ServerTelemetry(running_mean=b * 0.99, running_max=float(b), waiting_mean=float(max(c - CAP, 0)),
-                                    kv_usage_max=0.41, kv_usage_mean=0.3, raw={"process_cpu_rate": cpu})
+                                    kv_usage_max=0.41, kv_usage_mean=0.3, raw={"process_cpu_rate": cpu},
+                                    samples=20)
         out.append(_level(c, b * 1000 / tpot, batch=b, ttft=ttft, tpot=tpot, telemetry=telemetry))
     return out
 
@@ -102,3 +105,10 @@ def test_the_time_split_places_the_wait_outside_the_engine() -> None:
 def test_the_client_alone_cannot_place_the_queue() -> None:
     # The same sweep without /metrics or a time split: a pinned batch with TTFT growing reads as a cap.
     assert diagnose(front_end_bound(metrics=False), engine="vllm").constraint != "front_end"
+
+
+def test_too_few_scrapes_in_a_level_say_nothing_about_requests_outside() -> None:
+    # A short burst's gauges are the moment of one or two scrapes; the client's count is a mean over the window.
+    levels = [msgspec.structs.replace(lv, telemetry=msgspec.structs.replace(lv.telemetry, samples=2))
+              for lv in front_end_bound()]
+    assert diagnose(levels, engine="vllm").constraint != "front_end"

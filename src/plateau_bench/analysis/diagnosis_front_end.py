@@ -27,6 +27,7 @@ from plateau_bench.result import Confidence, LevelResult, Verdict
 OUTSIDE_SHARE = 0.5   # of the client's requests in flight, the server does not count them
 ONE_CORE = 0.8        # CPU seconds per second: a single-threaded process near its core
 IDLE_CPU = 0.5        # below this the API server has CPU to spare
+MIN_SCRAPES = 5       # scrapes inside a level's window before its gauges' means are compared with the client's
 
 FRONT_END_FIX = {
     "vllm": "vllm serve --api-server-count {n} (more API server processes in front of the engine)",
@@ -41,6 +42,8 @@ def outside_share(level: LevelResult) -> float | None:
     t = level.telemetry
     if t.running_mean is None or t.waiting_mean is None or level.achieved_concurrency <= 0:
         return None   # both gauges count the requests in the engine: one alone would miss some
+    if t.samples < MIN_SCRAPES:
+        return None   # a burst shorter than a few scrapes: its gauges are a moment, the client's count a mean
     inside = t.running_mean + t.waiting_mean
     return max(0.0, 1.0 - inside / level.achieved_concurrency)
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import aiohttp
 import msgspec
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from plateau_bench.errors import ConfigError
+from plateau_bench.sim.embed import start_sim_server
 from plateau_bench.sim.engine import Engine
 from plateau_bench.sim.level import simulate_level
 from plateau_bench.sim.presets import get_preset
@@ -81,3 +86,35 @@ def test_a_saturated_front_end_is_busy_all_the_time_and_holds_the_engine_below_i
 def test_a_negative_front_end_cost_is_refused() -> None:
     with pytest.raises(ConfigError, match="front-end"):
         TINY.with_overrides(front_end_ms=-1.0)
+
+
+async def test_serve_sim_publishes_the_front_ends_cpu_and_keeps_it_out_of_the_queue_time() -> None:
+    # Six requests through a 25 ms front end at 4x speed: 150 ms of its (virtual) CPU, 37.5 ms of real time.
+    config = TINY.with_overrides(front_end_ms=25.0)
+    with start_sim_server(config, in_process=True, speed=4.0) as handle:
+        async with aiohttp.ClientSession() as session:
+            async def one() -> None:
+                async with session.post(handle.url + "/v1/completions",
+                                        json={"prompt": "a b c", "max_tokens": 4, "stream": True}) as resp:
+                    await resp.read()
+
+            await asyncio.gather(*(one() for _ in range(6)))
+            async with session.get(handle.url + "/metrics") as resp:
+                text = await resp.text()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    cpu = families["process_cpu_seconds"].samples[0]
+    assert cpu.name == "process_cpu_seconds_total" and cpu.labels == {}
+    assert cpu.value == pytest.approx(6 * 0.025 / 4.0)
+    queue = {s.name: s.value for s in families["vllm:request_queue_time_seconds"].samples}
+    ttft = {s.name: s.value for s in families["vllm:time_to_first_token_seconds"].samples}
+    assert queue["vllm:request_queue_time_seconds_count"] == 6
+    # each request's own 25 ms (virtual) in the front end, at least, is in its TTFT and not in its queue time
+    assert ttft["vllm:time_to_first_token_seconds_sum"] - queue["vllm:request_queue_time_seconds_sum"] >= \
+        6 * 0.025 / 4.0 * 0.99
+
+
+async def test_serve_sim_without_a_front_end_publishes_no_process_cpu() -> None:
+    with start_sim_server(TINY, in_process=True, speed=4.0) as handle:
+        async with aiohttp.ClientSession() as session, session.get(handle.url + "/metrics") as resp:
+            text = await resp.text()
+    assert "process_cpu_seconds" not in text

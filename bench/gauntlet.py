@@ -8,7 +8,7 @@ the oracle's rules and the scoring are in tests/gauntlet (harness.py; the rules 
 docstring); the full run there (marked slow) asserts the acceptance: >= 95 % correct, no
 high-confidence wrong verdict, every what-if within 25 % of the engine with the cap doubled.
 
-    .venv/bin/python bench/gauntlet.py [--scenarios 210] [--seed 0] [--jobs 2] [--misses]
+    .venv/bin/python bench/gauntlet.py [--scenarios 210] [--front-end 30] [--seed 0] [--jobs 2] [--misses]
 """
 
 from __future__ import annotations
@@ -21,25 +21,27 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from gauntlet.harness import Score, judge, scenarios, simulate
+from gauntlet.harness import Score, front_end_scenarios, judge, scenarios, simulate
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", type=int, default=210, help="how many (the families rotate: 7 of them)")
+    parser.add_argument("--front-end", type=int, default=30, help="scenarios behind a slow front end (a family apart)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="processes simulating scenarios")
     parser.add_argument("--misses", action="store_true", help="list every verdict the oracle does not accept")
     args = parser.parse_args()
     started = time.perf_counter()
-    todo = scenarios(args.scenarios, args.seed)
+    todo = scenarios(args.scenarios, args.seed) + front_end_scenarios(args.front_end, args.seed)
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as pool:
             cases = list(pool.map(simulate, todo, chunksize=4))
     else:
         cases = [simulate(s) for s in todo]
     score = Score([o for case in cases for o in judge(case)])
-    print(f"{args.scenarios} scenarios (seed {args.seed}), 3 arms each: client alone, /metrics, client with one spike")
+    print(f"{args.scenarios} + {args.front_end} front-end scenarios (seed {args.seed}), 3 arms each: client alone, "
+          "/metrics, client with one spike")
     print(score.table())
     if args.misses:
         print("\nnot accepted:")

@@ -285,7 +285,7 @@ class Knee(msgspec.Struct, frozen=True):
 class Verdict(msgspec.Struct):
     """Why throughput stopped growing: the binding constraint, its evidence, what to try."""
 
-    constraint: str    # load_generator | errors | admission_cap | kv_capacity | prefill | compute | not_saturated | ...
+    constraint: str    # load_generator | errors | admission_cap | kv_capacity | front_end | prefill | compute | ...
     headline: str
     confidence: Confidence
     evidence: list[str] = msgspec.field(default_factory=list)

@@ -6,6 +6,7 @@ Shared by ``tests/gauntlet/test_gauntlet.py`` and ``bench/gauntlet.py`` (which p
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,8 +34,11 @@ from plateau_bench.sweep.loop import run_plan
 from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
 
 FAMILIES = ("cap", "kv", "kv_under_cap", "compute", "prefill", "unsaturated", "free")
+FRONT_END = "front_end"   # a family of its own (``front_end_scenarios``): the seven above keep their rotation
 ARMS = ("client", "metrics", "spike")
-CLASSES = ("admission_cap", "kv_capacity", "compute", "prefill", "not_saturated")
+CLIENT_ARMS = ("client", "spike")
+CLASSES = ("admission_cap", "kv_capacity", "front_end", "compute", "prefill", "not_saturated")
+FRONT_END_BINDS = 0.9   # the front end busy this share of the top level's window, the engine below its limits
 MIN_LEVEL_S, MAX_LEVEL_S = 2.0, (12.0, 60.0)   # levels last 3 request lifetimes, within these bounds
 WHAT_IF_TOLERANCE = 0.25
 
@@ -78,6 +82,11 @@ class Oracle:
     gain: float
     cap_gain: float | None = None    # plateau with the cap doubled, over the plateau, minus 1
     kv_gain: float | None = None     # the same with the KV cache doubled
+    # What the client alone may also answer, below high confidence: requests queued in the front end look
+    # to it like requests queued behind a cap (a pinned batch, TTFT growing, TPOT flat), and the front
+    # end's time per request is in the TTFT at C=1, where it reads as prompt cost; only the server can
+    # place them.
+    client_accepts: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -91,6 +100,9 @@ class Outcome:
 
     @property
     def correct(self) -> bool:
+        if (self.arm in CLIENT_ARMS and self.verdict.constraint in self.oracle.client_accepts
+                and self.verdict.confidence != "high"):
+            return True   # what the client alone cannot tell apart, said without certainty
         return self.verdict.constraint in self.oracle.accepted
 
     @property
@@ -168,6 +180,37 @@ def scenarios(n: int, seed: int = 0, start: int = 0) -> list[Scenario]:
     return [make_scenario(i, seed) for i in range(start, start + n)]
 
 
+def make_front_end_scenario(index: int, seed: int = 0) -> Scenario:
+    """A random engine behind a front end 1.5-4x slower than it.
+
+    Engines are drawn from the families whose plateau is an engine limit (not the prefill-heavy one, whose
+    step time is mostly prompts, nor the unsaturated one, which never reaches a limit), until one gives the
+    front end a cost of 1-50 ms of CPU per request (an API server spends milliseconds on HTTP, templating and
+    tokenizing a request). The engine's time per request at its batch limit B (cap, KV cache or the sweep's
+    top concurrency) is its prompt's prefill plus its share of B-wide decode steps, ``in * b + out * (t0 / B
+    + a)``; the front end costs ``slowdown`` times that. The estimate only picks the engine: whether the front
+    end really binds is the oracle's business (the engine's record over the top level's window).
+    """
+    rng = np.random.default_rng([seed, index, 1])
+    slowdown = _log_uniform(rng, 1.5, 4.0)
+    for attempt in itertools.count():
+        base = make_scenario(10_000 + 100 * index + attempt, seed)
+        if base.family in ("prefill", "unsaturated"):
+            continue
+        c, w, step = base.config, base.workload, base.config.step
+        batch = max(1.0, min(c.max_num_seqs, c.kv_tokens / (w.input_len + w.output_len), base.max_concurrency))
+        cost_s = slowdown * (w.input_len * step.b + w.output_len * (step.t0 / batch + step.a))
+        if 1e-3 <= cost_s <= 50e-3:
+            break
+    config = msgspec.structs.replace(c, name=f"gauntlet-fe-{index}", front_end_ms_per_request=cost_s * 1e3)
+    config.validate()
+    return Scenario(index, FRONT_END, config, w, base.mode, base.max_concurrency, base.chunks)
+
+
+def front_end_scenarios(n: int, seed: int = 0, start: int = 0) -> list[Scenario]:
+    return [make_front_end_scenario(i, seed) for i in range(start, start + n)]
+
+
 def sweep(config: EngineConfig, scenario: Scenario, *, probes: bool = True
           ) -> tuple[list[LevelResult], ResultFile, dict[str, Probe]]:
     runner = VirtualLevelRunner(config, scenario.workload, metrics=probes, probe=probes, chunks=scenario.chunks)
@@ -201,7 +244,8 @@ def shares(levels: Sequence[LevelResult], probes: dict[str, Probe], config: Engi
     """The engine's record over the top level's measurement window."""
     w = _top_window(_by_c(levels), probes, config)
     return {"cap": w.blocked["cap"], "kv": w.kv_share, "budget": w.blocked["budget"], "none": w.blocked["none"],
-            "prefill": w.prefill_share, "running": w.running_mean, "kv_usage": w.kv_usage_mean}
+            "prefill": w.prefill_share, "running": w.running_mean, "kv_usage": w.kv_usage_mean,
+            "front_end": w.front_end_busy_share}
 
 
 RELIEF = 0.15   # doubling a limit that gives less than this does not make it "the" limit alone
@@ -237,14 +281,22 @@ def oracle(levels: Sequence[LevelResult], sh: dict[str, float], cap_gain: float 
     step_bound = "prefill" if sh["prefill"] >= 0.5 else "compute"
     step_ok = {step_bound} | ({"compute", "prefill"} if 0.35 <= sh["prefill"] <= 0.65 else set())
 
+    client: set[str] = set()
+
     def made(primary: str, secondary: str | None, accepted: set[str]) -> Oracle:
-        return Oracle(primary, secondary, frozenset(accepted), sh, top_c, gain, cap_gain, kv_gain)
+        return Oracle(primary, secondary, frozenset(accepted), sh, top_c, gain, cap_gain, kv_gain, frozenset(client))
 
     limits = _limits(sh, step_ok, step_bound, cap_gain, kv_gain)
     if sh["budget"] >= 0.5 and limits is None:
         limits = ("prefill", None, {"prefill"} | ({"compute"} if sh["prefill"] < 0.5 else set()))
+    front_end = sh["front_end"] >= FRONT_END_BINDS and limits is None
+    if front_end:
+        # Rule 0: the front end was busy all the time and nothing in the engine held requests out: they
+        # waited in front of it (the engine's "none" share says nobody waited *inside* it).
+        limits = ("front_end", None, {"front_end"})
+        client.update(("admission_cap", "prefill"))
     rest = limits or (step_bound, None, step_ok)
-    if gain >= NOT_FLAT or (gain >= 0.05 and sh["none"] >= 0.5):
+    if gain >= NOT_FLAT or (gain >= 0.05 and sh["none"] >= 0.5 and not front_end):
         # Still growing: not saturated. In the grey zone, or when the sweep's own search declared a plateau
         # (a noise allowance the diagnosis takes as given), what holds requests out is accepted too.
         grey = gain < NOT_FLAT or plateau_found

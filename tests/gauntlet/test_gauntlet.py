@@ -5,12 +5,15 @@ sequences to plenty, token budget 2k-16k, step-time coefficients t0 2-20 ms, a 0
 b 5-60 us/prompt token, c 0-30 ns/KV token, vLLM-style mixed or SGLang-style prefill-first scheduling),
 workloads (prompts 32-8192 and outputs 4-2048 tokens, length spread 0-90 %), steady or burst levels,
 with or without per-chunk token times, in seven rotating families (cap, KV, KV below a reachable cap,
-compute, prefill-heavy, unsaturated, free). Each is swept with the adaptive search in virtual time
+compute, prefill-heavy, unsaturated, free), and an eighth apart (``harness.make_front_end_scenario``, so the
+seven keep their scenarios): engines of the first five families behind a front end (one API server process,
+``front_end_ms_per_request``) 1.5-4x slower than the engine. Each is swept with the adaptive search in virtual time
 (levels three request lifetimes long, within 12-60 s) and diagnosed in three arms:
 
 * **client**: the levels as a client alone measures them (no /metrics);
 * **metrics**: with the server telemetry a 0.5 s scrape of vLLM's ``/metrics`` would give (running,
-  waiting, KV usage, preemptions, token counters, KV capacity), built from the engine's own state;
+  waiting, KV usage, preemptions, token counters, KV capacity, and the front end's busy time as
+  ``process_cpu_seconds_total`` when it has one), built from the engine's own state;
 * **spike**: client alone, with a healthy load-generator record on every level and one CPU and
   event-loop spike (97 % CPU at its peak, 75 ms lag p99, 18 % CPU on average) on the top level.
 
@@ -21,9 +24,15 @@ fit, or the step evicted running requests), by the token budget, or by nothing (
 the share of the engine's busy time spent on prompt tokens. The same sweep is repeated with the cap
 doubled, and, where the KV cache held requests out, with the KV cache doubled. Then, in order:
 
+0. **front_end** when the front end was busy >= 90 % of the window and no engine limit (2., 3.) held
+   requests out: they waited in front of the engine. The client alone cannot place that queue (it sees
+   a pinned batch, and the front end's time per request in the TTFT at C=1, where it reads as prompt
+   cost), so in the client arms ``admission_cap`` and ``prefill`` are accepted too, below high confidence.
+
 1. **not_saturated** when the top level's throughput beats its doubling partner's by >= 5 % and nobody
-   waited for at least half the window. Below a 15 % gain the step-bound class (4.) is accepted too: a
-   plateau finder that allows for measurement noise may rightly call such a doubling flat.
+   waited (in the engine, or in a saturated front end) for at least half the window. Below a 15 % gain
+   the step-bound class (4.) is accepted too: a plateau finder that allows for measurement noise may
+   rightly call such a doubling flat.
 2. **Admission limits** when the cap and KV shares add up to >= 0.5: the primary is the larger of the
    two (``admission_cap`` or ``kv_capacity``); the other one is the secondary when its share is >= 0.15
    and is accepted as the verdict too when it is >= 0.35 (both bind about equally). When doubling the
@@ -39,11 +48,12 @@ it is not but says ``high``. **What-ifs**: every verdict that states ``predicted
 is compared with the plateau the engine reaches in the same sweep with the cap doubled.
 
 Acceptance (the full gauntlet, ``slow``): >= 95 % correct over all arms, no high-confidence wrong verdict,
-every what-if within 25 %. ``bench/gauntlet.py`` prints the same tables (accuracy per class and arm, the
-confusion matrix). The inner loop runs the three failure families that started this work (a KV cache that
-binds below a reachable cap, a prefill-heavy workload seen by the client alone, one load-generator spike
-on a level that delivers the plateau) and a burst grid with no low level; one scenario per family
-(~2 s) and the full run are marked slow.
+every what-if within 25 %, no front-end verdict outside the front-end family. ``bench/gauntlet.py`` prints
+the same tables (accuracy per class and arm, the confusion matrix). The inner loop runs the three failure
+families that started this work (a KV cache that binds below a reachable cap, a prefill-heavy workload
+seen by the client alone, one load-generator spike on a level that delivers the plateau), a burst grid
+with no low level, and one engine behind a slow front end; one scenario per family (~2 s) and the full
+run are marked slow.
 """
 
 from __future__ import annotations
@@ -56,11 +66,14 @@ import pytest
 
 from gauntlet.harness import (
     ARMS,
+    FRONT_END,
     WHAT_IF_TOLERANCE,
     Case,
     Scenario,
     Score,
+    front_end_scenarios,
     judge,
+    make_front_end_scenario,
     scenarios,
     simulate,
 )
@@ -72,7 +85,8 @@ from plateau_bench.spec import WorkloadSpec
 from plateau_bench.sweep.loop import run_plan
 from plateau_bench.sweep.plan import ConcurrencyPlan
 
-FULL = 210          # scenarios in the full gauntlet: 30 per family
+FULL = 210          # scenarios in the full gauntlet: 30 per rotating family ...
+FULL_FRONT_END = 30  # ... and 30 behind a slow front end
 SEED = 0
 
 
@@ -125,9 +139,22 @@ def test_one_load_generator_spike_on_a_level_that_delivers_the_plateau_is_not_th
         assert outcome.verdict.estimated_cap == 32
 
 
+def test_a_slow_front_end_is_named_with_metrics_and_never_certain_client_alone() -> None:
+    case = simulate(make_front_end_scenario(0, SEED))
+    assert case.oracle.primary == FRONT_END, case.oracle
+    assert case.shares["front_end"] >= 0.9 and case.shares["cap"] < 0.5
+    for outcome in judge(case):
+        assert outcome.correct, (outcome.arm, outcome.verdict)
+        if outcome.arm == "metrics":
+            assert outcome.verdict.constraint == FRONT_END and outcome.verdict.confidence == "high"
+            assert any("CPU s per second" in e for e in outcome.verdict.evidence)
+        else:
+            assert outcome.verdict.confidence != "high"
+
+
 @pytest.mark.slow
 def test_one_scenario_per_family() -> None:
-    cases = [simulate(s) for s in scenarios(7, SEED, start=1)]   # #1-#7: one of each family, ~2 s
+    cases = [simulate(s) for s in [*scenarios(7, SEED, start=1), make_front_end_scenario(1, SEED)]]
     score = Score([o for case in cases for o in judge(case)])
     correct, total = score.accuracy()
     assert correct >= total - 1, score.table()
@@ -135,9 +162,9 @@ def test_one_scenario_per_family() -> None:
     assert not score.what_if_misses(), score.table()
 
 
-def _simulate_all(n: int, seed: int) -> list[Case]:
+def _simulate_all(n: int, n_front_end: int, seed: int) -> list[Case]:
     jobs = min(int(os.environ.get("GAUNTLET_JOBS", "2")), os.cpu_count() or 1)
-    todo = scenarios(n, seed)
+    todo = scenarios(n, seed) + front_end_scenarios(n_front_end, seed)
     if jobs <= 1:
         return [simulate(s) for s in todo]
     with ProcessPoolExecutor(jobs) as pool:
@@ -147,11 +174,13 @@ def _simulate_all(n: int, seed: int) -> list[Case]:
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_the_full_gauntlet_meets_its_acceptance() -> None:
-    cases = _simulate_all(FULL, SEED)
+    cases = _simulate_all(FULL, FULL_FRONT_END, SEED)
     score = Score([o for case in cases for o in judge(case)])
     print(score.table())
     correct, total = score.accuracy()
-    assert total == FULL * len(ARMS)
+    assert total == (FULL + FULL_FRONT_END) * len(ARMS)
+    strays = [o for o in score.outcomes if o.scenario.family != FRONT_END and o.verdict.constraint == FRONT_END]
+    assert not strays, "\n".join(f"{o.scenario.describe()} {o.arm}: {o.verdict.headline}" for o in strays)
     assert correct >= 0.95 * total, score.table()
     assert not score.high_wrong(), "\n".join(f"{o.scenario.describe()} {o.arm}: {o.verdict.headline}"
                                             for o in score.high_wrong())

@@ -214,3 +214,14 @@ def test_prefilter_keeps_a_line_exactly_when_its_name_is_wanted(name: str, form:
             "help": f"# HELP {name} Some help text.",
             "type": f"# TYPE {name} gauge"}[form]
     assert (prefilter(line) == line + "\n") == is_wanted(name)
+
+
+def test_the_api_servers_process_cpu_is_read_from_a_real_vllm_scrape() -> None:
+    # vLLM 0.32.0's own /metrics (CPU build): prometheus_client's process collector, no prefix, no labels
+    (_, before, _), (engine, after, _) = mapped("vllm_v1_cpu_before.prom"), mapped("vllm_v1_cpu_after.prom")
+    assert engine == "vllm"
+    assert (before["process_cpu"], after["process_cpu"]) == (7.75, 7.82)
+    assert kind_of("process_cpu") == "counter"
+    assert is_wanted("process_cpu_seconds_total")
+    # a bare Python process's metrics are still no engine (test_detection_needs_known_names)
+    assert detect_engine(parse_exposition("process_cpu_seconds_total 1.5\n")) is None

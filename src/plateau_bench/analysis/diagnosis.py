@@ -23,7 +23,11 @@ because an earlier one makes the later figures meaningless:
    what-if respects both: doubling the cap only grows the batch as far as the cache allows. Client
    alone, a pinned peak with KV signs cannot be told apart from a KV ceiling: the verdict says
    so, lowers its confidence and names the measurement that would separate them (``to_separate``).
-6. **Step time** (``diagnosis_compute``): prefill-bound when prompt tokens take most of the engine's
+6. **The front end** (``diagnosis_front_end``): the server counts far fewer requests than the client
+   keeps in flight (or the TTFT is spent outside the engine): they wait in the API server, and the
+   engine's running count and step time are not what binds. Checked before the engine's own limits,
+   because a front end that feeds the engine slowly also pins its running count.
+7. **Step time** (``diagnosis_compute``): prefill-bound when prompt tokens take most of the engine's
    time (measured from TTFT at the lowest level), else compute / bandwidth saturation.
 
 GPU figures (DCGM), when recorded, are read by ``analysis.gpu`` into ``gpu_evidence`` for the constraint named.
@@ -49,6 +53,7 @@ from plateau_bench.analysis.diagnosis_common import (
     mean_lengths,
 )
 from plateau_bench.analysis.diagnosis_compute import PREFILL_BOUND, compute_verdict, prefill_estimate, prefill_verdict
+from plateau_bench.analysis.diagnosis_front_end import front_end_verdict
 from plateau_bench.analysis.diagnosis_kv import KvSign, history_evidence, kv_needed, kv_signature
 from plateau_bench.analysis.diagnosis_split import time_split_evidence
 from plateau_bench.analysis.diagnosis_table import summaries_only, summary_verdict
@@ -196,7 +201,9 @@ def _client_only(s: Sweep, sign: CapSign | None, kv: KvSign) -> Verdict | None:
 def _limits(s: Sweep) -> Verdict:
     sign = cap_signature(s)
     kv = kv_signature(s)
-    v = _with_metrics(s, sign, kv) if s.telemetry and kv.reported else _client_only(s, sign, kv)
+    v = front_end_verdict(s)
+    if v is None:
+        v = _with_metrics(s, sign, kv) if s.telemetry and kv.reported else _client_only(s, sign, kv)
     if v is None:
         v = prefill_verdict(s, s.prefill) if s.prefill and s.prefill_share >= PREFILL_BOUND else compute_verdict(s)
     v.evidence.insert(0, s.plateau_line())

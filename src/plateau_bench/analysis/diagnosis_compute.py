@@ -9,7 +9,11 @@
   share of each second the engine spends on prefill. Decode stalls behind big prefill chunks (ITL
   spikes without preemption) and requests waiting for their prefill (a batch that looks short) are
   this, not a KV limit. Recomputation after preemption is invisible to this estimate, so it reads low
-  when the KV cache thrashes.
+  when the KV cache thrashes. A fixed cost per request outside the engine (an API server, the network)
+  is in that TTFT too, and reads as prompt cost: the check is TPOT. When prompts take a share ``p`` of
+  the engine's time, decode tokens wait for them (in the same steps, or between decode steps), so TPOT on
+  the plateau is about ``1 / (1 - p)`` times a step without them; a TPOT that moved less than half of that
+  from the lowest level says the engine was not that busy with prompts (``tpot_disagrees``).
 """
 
 from __future__ import annotations
@@ -64,8 +68,17 @@ def _prefill_evidence(s: Sweep, pre: Prefill) -> list[str]:
     return ev
 
 
+def tpot_disagrees(s: Sweep, pre: Prefill) -> bool:
+    """The plateau's TPOT moved too little for prompts to take ``pre.share`` of the engine (module docstring)."""
+    low, last = s.levels[0].tpot_ms.mean, s.top[-1].tpot_ms.mean
+    if not low or not last:
+        return False
+    return last / low < 0.5 / (1 - min(pre.share, 0.9))
+
+
 def prefill_verdict(s: Sweep, pre: Prefill) -> Verdict:
-    unsure = pre.share < PREFILL_UNSURE[1] or pre.measured_at > 1
+    disagrees = tpot_disagrees(s, pre)
+    unsure = pre.share < PREFILL_UNSURE[1] or pre.measured_at > 1 or disagrees
     confidence: Confidence = "medium" if unsure else "high"
     budget = flag(s.engine, "prefill") or GENERIC_PREFILL
     v = Verdict(
@@ -78,6 +91,11 @@ def prefill_verdict(s: Sweep, pre: Prefill) -> Verdict:
     if unsure:
         v.to_separate.append("sweep with shorter prompts (e.g. a quarter of --input-len): a prefill-bound plateau "
                              "rises with them, a decode-bound one barely moves")
+    if disagrees:
+        v.to_separate.append(f"TPOT moved only {ms(s.levels[0].tpot_ms.mean)} -> {ms(s.top[-1].tpot_ms.mean)}: the "
+                             "TTFT at the lowest level may be a cost outside the engine (API server, network); "
+                             "/metrics (process CPU, requests running vs in flight) or the server's time split "
+                             "would say")
     if pre.measured_at > 1:
         v.to_separate.append(f"measure C=1 too: the per-token prefill cost was read at C={pre.measured_at}")
     return v

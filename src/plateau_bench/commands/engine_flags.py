@@ -54,6 +54,9 @@ class TwinEngineFlags(EngineSettings, frozen=True, kw_only=True):
     replicas: Annotated[int | None, typer.Option("--replicas", help="Data-parallel copies of the engine behind a "
                                                  "load balancer (default 1).", rich_help_panel=ENGINE)] = None
     balancer: Balancer = None
+    front_end_ms: Annotated[float | None, typer.Option(
+        "--front-end-ms", help="CPU time (ms) the API server spends on each request before the engine queues it, "
+        "one request at a time (default 0: no front end).", rich_help_panel=ENGINE)] = None
     no_prefix_cache: Annotated[bool, typer.Option("--no-prefix-cache", help="Turn off prefix caching (on by "
                                                   "default, as in vLLM).", rich_help_panel=ENGINE)] = False
 
@@ -65,7 +68,8 @@ class TwinEngineFlags(EngineSettings, frozen=True, kw_only=True):
             max_num_seqs=self.max_num_seqs, kv_tokens=self.kv_tokens,
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_model_len=self.max_model_len, t0_ms=self.t0_ms, a_ms=self.a_ms, b_ms=self.b_ms, c_us=self.c_us,
-            replicas=self.replicas, balancer=parse_balancer(self.balancer) if self.balancer is not None else None)
+            replicas=self.replicas, balancer=parse_balancer(self.balancer) if self.balancer is not None else None,
+            front_end_ms=self.front_end_ms)
         if self.no_prefix_cache:
             config = msgspec.structs.replace(config, prefix_caching=False)
         self.check()

@@ -11,6 +11,9 @@
 * ``policy``: ``"mixed"`` is vLLM v1 (decodes and chunked prefill share a step); ``"prefill_first"``
   is SGLang's default (a step is either a prefill batch, run whenever waiting requests can be
   admitted, or a decode batch).
+* ``front_end_ms_per_request``: CPU time the API server process (HTTP, tokenizer, detokenizer) spends
+  on each request before it reaches the engine's queue, served one request at a time in arrival order
+  (one process, one core). 0, the default, is no front end: requests reach the queue when sent.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     description: str = ""
     replicas: int = 1                  # data-parallel copies behind a balancer (``sim.replicas``)
     balancer: str = "round_robin"      # round_robin | least_outstanding
+    front_end_ms_per_request: float = 0.0   # the API server's CPU per request, one at a time (0: none)
 
     @property
     def num_gpu_blocks(self) -> int:
@@ -66,6 +70,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"--replicas must be >= 1 (got {self.replicas})")
         if self.balancer not in ("round_robin", "least_outstanding"):
             raise ConfigError(f"--balancer must be round-robin or least-outstanding (got {self.balancer!r})")
+        if not (math.isfinite(self.front_end_ms_per_request) and self.front_end_ms_per_request >= 0):
+            raise ConfigError(f"--front-end-ms must be finite and >= 0 (got {self.front_end_ms_per_request})")
         if self.max_model_len < 2:
             raise ConfigError(f"--max-model-len must be >= 2 (got {self.max_model_len})")
         terms = (self.step.t0, self.step.a, self.step.b, self.step.c, self.step.expert_s)
@@ -87,6 +93,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
         c_us: float | None = None,
         replicas: int | None = None,
         balancer: str | None = None,
+        front_end_ms: float | None = None,
     ) -> EngineConfig:
         """A copy with the given settings replaced, validated.
 
@@ -108,6 +115,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             changes["replicas"] = replicas
         if balancer is not None:
             changes["balancer"] = balancer
+        if front_end_ms is not None:
+            changes["front_end_ms_per_request"] = front_end_ms
         step_changes: dict[str, float] = {}
         if t0_ms is not None:
             step_changes["t0"] = t0_ms / 1e3

@@ -66,10 +66,35 @@ class EngineCore:
         self._inflight: StepPlan | None = None
         self._cache = PrefixCache() if config.prefix_caching else None
         self._need = 0                                     # blocks a cached admission lacked
+        # The front end (``config.front_end_ms_per_request``): one process serving requests in arrival
+        # order, so a request leaves it at max(its arrival, the previous one's exit) + the cost.
+        self._front_end_s = config.front_end_ms_per_request / 1e3
+        self._front_end_free = 0.0                         # when the front end finishes its last request
+        self._front_end_exits: deque[float] = deque()      # exits still ahead of ``now``, in order
+        self.front_end_busy_s = 0.0                        # CPU seconds it has spent (process_cpu_seconds)
         self.preemptions = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
 
     def _counts(self) -> tuple[int, int]:
-        """Running and waiting requests (waiting includes arrivals not yet pulled), as /metrics shows them."""
-        return len(self._running), len(self._waiting) + len(self._pending)
+        """Running and waiting requests (waiting includes arrivals not yet pulled), as /metrics shows them.
+
+        Requests still in the front end are in neither: vLLM counts a request once its engine core has it.
+        """
+        return len(self._running), len(self._waiting) + len(self._pending) - self.in_front_end()
+
+    def in_front_end(self) -> int:
+        """Requests the front end has not handed to the engine yet (at ``now``)."""
+        exits = self._front_end_exits
+        while exits and exits[0] <= self.now:
+            exits.popleft()
+        return len(exits)
+
+    def front_end_cpu_at(self, t: float) -> float:
+        """The front end's CPU seconds up to ``t`` (the part of the request in hand included).
+
+        Exact when every request submitted so far arrived by ``t`` (the probe asks about the step just
+        committed, before its finishes submit more): the front end is then busy without a gap from ``t``
+        until it is free, so the work still ahead of it is ``free - t``.
+        """
+        return self.front_end_busy_s - max(0.0, self._front_end_free - t)

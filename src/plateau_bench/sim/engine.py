@@ -91,12 +91,23 @@ class Engine(Scheduler, Committer):
             req.times = []
         if block_hashes and self._cache is not None:
             req.hashes = block_hashes
-        if when <= now and self._inflight is None:
+        if self._front_end_s:
+            self._through_front_end(req, when)
+        elif when <= now and self._inflight is None:
             req.state = WAITING
             self._waiting.append(req)
         else:
             heapq.heappush(self._pending, (when, req.rid, req))
         return req
+
+    def _through_front_end(self, req: SimRequest, when: float) -> None:
+        """Queue the request behind the front end: it reaches the engine when the front end is done with it."""
+        exit_at = (self._front_end_free if self._front_end_free > when else when) + self._front_end_s
+        self._front_end_free = exit_at
+        self.front_end_busy_s += self._front_end_s
+        self._front_end_exits.append(exit_at)
+        req.entered = exit_at
+        heapq.heappush(self._pending, (exit_at, req.rid, req))
 
     def set_block_hashes(self, req: SimRequest, block_hashes: list[int]) -> None:
         """Give a request submitted without them its block keys (see ``submit``), before it is admitted."""
@@ -153,10 +164,12 @@ class Engine(Scheduler, Committer):
     def state(self) -> EngineState:
         used = self._blocks_used
         cache = self._cache
-        return EngineState(self.now, len(self._running), len(self._waiting) + len(self._pending), used,
+        running, waiting = self._counts()
+        return EngineState(self.now, running, waiting, used,
                            self._num_blocks, self._bs, used / self._num_blocks, self.preemptions,
                            self.prompt_tokens_total, self.generation_tokens_total,
-                           cache.queries if cache is not None else 0, cache.hits if cache is not None else 0)
+                           cache.queries if cache is not None else 0, cache.hits if cache is not None else 0,
+                           self.front_end_cpu_at(self.now) if self._front_end_s else None)
 
     def next_event_time(self) -> float | None:
         """When the engine next has something to do: the planned step's end, or the next arrival."""

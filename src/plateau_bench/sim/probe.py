@@ -56,6 +56,8 @@ class _Engine(Protocol):
 
     def _counts(self) -> tuple[int, int]: ...
 
+    def front_end_cpu_at(self, t: float) -> float: ...
+
 
 class Snapshot(NamedTuple):
     """Cumulative counters and gauges at virtual time ``t`` (seconds)."""
@@ -73,6 +75,7 @@ class Snapshot(NamedTuple):
     preemptions: int
     prompt_tokens: int
     generation_tokens: int
+    front_end_cpu_s: float = 0.0   # the front end's busy time so far (``config.front_end_ms_per_request``)
 
 
 class Window(NamedTuple):
@@ -87,6 +90,7 @@ class Window(NamedTuple):
     decoding_mean: float
     kv_usage_mean: float
     preemptions: int
+    front_end_busy_share: float = 0.0   # share of the window the front end was busy (1: it binds)
 
     @property
     def kv_share(self) -> float:
@@ -145,7 +149,7 @@ class Probe:
             t, tuple(blocked), self.busy_s + part, self.prefill_s + prefill, self.running_s + running * part,
             self.decoding_s + decoding * part, self.kv_blocks_s + kv * part, running, waiting,
             kv / engine._num_blocks, engine.preemptions, engine.prompt_tokens_total,
-            engine.generation_tokens_total))
+            engine.generation_tokens_total, engine.front_end_cpu_at(t)))
         self._next = t + self.sample_s
 
     def snapshot(self, engine: _Engine) -> None:
@@ -157,7 +161,8 @@ class Probe:
 def _at(snapshots: Sequence[Snapshot], t: float) -> tuple[float, ...]:
     """The cumulative counters at ``t``, interpolated linearly between snapshots."""
     def flat(s: Snapshot) -> tuple[float, ...]:
-        return (*s.blocked_s, s.busy_s, s.prefill_s, s.running_s, s.decoding_s, s.kv_blocks_s, float(s.preemptions))
+        return (*s.blocked_s, s.busy_s, s.prefill_s, s.running_s, s.decoding_s, s.kv_blocks_s, float(s.preemptions),
+                s.front_end_cpu_s)
 
     if t <= snapshots[0].t:
         return flat(snapshots[0])
@@ -178,23 +183,32 @@ def window(snapshots: Sequence[Snapshot], start_s: float, end_s: float, num_bloc
     length = end_s - start_s
     n = len(REASONS)
     blocked = {r: d[i] / length for i, r in enumerate(REASONS)}
-    busy, prefill, running, decoding, kv_blocks, preemptions = d[n:]
+    busy, prefill, running, decoding, kv_blocks, preemptions, front_end = d[n:]
     blocked["none"] += max(0.0, 1.0 - sum(blocked.values()))   # idle: nothing waiting either
     return Window(start_s, end_s, blocked, prefill / busy if busy > 0 else 0.0, busy / length,
-                  running / length, decoding / length, kv_blocks / length / num_blocks, round(preemptions))
+                  running / length, decoding / length, kv_blocks / length / num_blocks, round(preemptions),
+                  front_end / length)
 
 
 def server_samples(snapshots: Sequence[Snapshot], kv_capacity_tokens: int, *, interval_s: float = 0.5,
-                   engine: str = "vllm") -> list[TelemetrySample]:
-    """The snapshots as a ``/metrics`` scraper polling every ``interval_s`` would have recorded them."""
+                   engine: str = "vllm", front_end: bool = False) -> list[TelemetrySample]:
+    """The snapshots as a ``/metrics`` scraper polling every ``interval_s`` would have recorded them.
+
+    ``front_end``: the engine models its API server (``config.front_end_ms_per_request``), whose busy
+    time is the ``process_cpu`` counter (``process_cpu_seconds_total``); without one there is no process
+    to measure, and the samples stay as they were.
+    """
     out: list[TelemetrySample] = []
     due = -1.0
     for s in snapshots:
         if s.t < due:
             continue
         due = s.t + interval_s
-        out.append(TelemetrySample(t_ns=round(s.t * NS), engine=engine, values={
+        values = {
             "running": float(s.running), "waiting": float(s.waiting), "kv_usage": s.kv_usage,
             "preemptions": float(s.preemptions), "prompt_tokens": float(s.prompt_tokens),
-            "generation_tokens": float(s.generation_tokens), "kv_capacity_tokens": float(kv_capacity_tokens)}))
+            "generation_tokens": float(s.generation_tokens), "kv_capacity_tokens": float(kv_capacity_tokens)}
+        if front_end:
+            values["process_cpu"] = s.front_end_cpu_s
+        out.append(TelemetrySample(t_ns=round(s.t * NS), engine=engine, values=values))
     return out

@@ -124,6 +124,12 @@ class _EngineCollector(Collector):
                       s.prefix_cache_queries)
         yield counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
                       s.prefix_cache_hits)
+        if s.front_end_cpu_s is not None:
+            # the API server's CPU, as prometheus_client's process collector names it (no labels); the
+            # twin's front end is one process, busy exactly while it handles a request
+            cpu = CounterMetricFamily("process_cpu_seconds", "Total user and system CPU time spent in seconds.")
+            cpu.add_metric([], s.front_end_cpu_s / self._speed)
+            yield cpu
         info = GaugeMetricFamily("vllm:cache_config_info", "Information of the KV cache config.",
                                  labels=["block_size", "num_gpu_blocks", "engine"])
         info.add_metric([str(s.block_size), str(s.num_gpu_blocks), "0"], 1.0)

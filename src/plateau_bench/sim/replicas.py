@@ -144,4 +144,5 @@ class ReplicaSet:
                            used, blocks, parts[0].block_size, used / blocks if blocks else 0.0,
                            sum(p.preemptions for p in parts), sum(p.prompt_tokens_total for p in parts),
                            sum(p.generation_tokens_total for p in parts), sum(p.prefix_cache_queries for p in parts),
-                           sum(p.prefix_cache_hits for p in parts))
+                           sum(p.prefix_cache_hits for p in parts),
+                           None if parts[0].front_end_cpu_s is None else sum(p.front_end_cpu_s or 0.0 for p in parts))

@@ -46,14 +46,15 @@ class EngineState(NamedTuple):
     generation_tokens_total: int
     prefix_cache_queries: int = 0   # tokens looked up in the prefix cache (first admissions)
     prefix_cache_hits: int = 0      # of which found cached
+    front_end_cpu_s: float | None = None   # the front end's busy time so far; None: the engine has none
 
 
 class SimRequest:
     """One request inside the engine. Times are virtual seconds."""
 
-    __slots__ = ("arrival", "base_g", "blocks", "computed", "end", "finish_g", "first_token", "hashes", "key",
-                 "output", "payload", "preemptions", "prompt", "registered", "rid", "scheduled", "sent", "shared",
-                 "state", "times", "worker")
+    __slots__ = ("arrival", "base_g", "blocks", "computed", "end", "entered", "finish_g", "first_token", "hashes",
+                 "key", "output", "payload", "preemptions", "prompt", "registered", "rid", "scheduled", "sent",
+                 "shared", "state", "times", "worker")
 
     def __init__(self, rid: int, prompt: int, output: int, arrival: float, worker: int,
                  payload: object) -> None:
@@ -61,6 +62,7 @@ class SimRequest:
         self.prompt = prompt
         self.output = output
         self.arrival = arrival
+        self.entered = arrival  # when it reached the engine's queue: after the front end, when there is one
         self.worker = worker
         self.payload = payload
         self.state = PENDING

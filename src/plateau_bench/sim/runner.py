@@ -81,7 +81,8 @@ class VirtualLevelRunner:
                 self.probes[label] = probe
             if self.metrics:
                 samples = server_samples(probe.snapshots, self.config.kv_tokens // self.config.block_size
-                                         * self.config.block_size, interval_s=self.scrape_s)
+                                         * self.config.block_size, interval_s=self.scrape_s,
+                                         front_end=self.config.front_end_ms_per_request > 0)
         return LevelRun(level=level, label=label, records=records, benchmark_s=spent,
                         cancelled_at_end=cancelled, sim_preemptions=result.state.preemptions,
                         sim_virtual_end_s=result.state.now,

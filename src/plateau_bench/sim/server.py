@@ -202,8 +202,10 @@ class SimServer:
             gaps = req.output - 1
             itl = (req.end - req.first_token) / self.speed / gaps if gaps > 0 else None
             self.metrics.observe_request(ttft, itl, gaps)
-            scheduled = req.scheduled if req.scheduled >= 0 else req.arrival
-            self.metrics.observe_phases(queue_s=(scheduled - req.arrival) / self.speed,
+            # queue: from reaching the engine's queue (after the front end) to first scheduled, as vLLM
+            # stamps it in the engine core; the front end's time shows as TTFT outside the engine
+            scheduled = req.scheduled if req.scheduled >= 0 else req.entered
+            self.metrics.observe_phases(queue_s=(scheduled - req.entered) / self.speed,
                                         prefill_s=(req.first_token - scheduled) / self.speed,
                                         decode_s=(req.end - req.first_token) / self.speed)
 

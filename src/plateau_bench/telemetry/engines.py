@@ -7,6 +7,9 @@ Canonical quantities (``CANONICAL``), the same for every engine:
 * ``preemptions``, ``prompt_tokens``, ``generation_tokens``   cumulative counters
 * ``cap``                    the server's admission cap on running requests, when it states it
 * ``kv_capacity_tokens``     KV cache size in tokens (vLLM: ``num_gpu_blocks * block_size``)
+* ``process_cpu``            CPU seconds of the process that answers ``/metrics`` (counter): for vLLM and
+                             SGLang the API server (HTTP, tokenizer, detokenizer), whose rate near 1.0 is
+                             a front end at one core (``analysis.diagnosis_front_end``)
 
 Names were checked against each project's sources and documented exposition samples:
 vLLM ``vllm/v1/metrics/loggers.py`` (v1) and its v0 predecessors, SGLang
@@ -65,7 +68,7 @@ MetricIndex = dict[str, list[tuple[dict[str, str], float]]]
 
 CANONICAL: tuple[str, ...] = (
     "running", "waiting", "kv_usage", "preemptions", "prompt_tokens", "generation_tokens",
-    "cap", "kv_capacity_tokens",
+    "cap", "kv_capacity_tokens", "process_cpu",
 )
 # the histograms the time split reads, by canonical key (module docstring)
 HISTOGRAMS: tuple[str, ...] = ("queue_s", "prefill_s", "decode_s", "inference_s", "e2e_s", "ttft_s", "step_tokens")
@@ -163,6 +166,8 @@ VLLM = EngineMap(
         _c("requests_finished", "vllm:request_success"),
         _c("prefix_cache_queries", "vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
         _c("prefix_cache_hits", "vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+        # prometheus_client's process collector, unprefixed: the API server process's own CPU
+        _c("process_cpu", "process_cpu_seconds"),
     ),
     derive=_vllm_derive,
     wanted_suffixes=("_info",),
@@ -193,6 +198,7 @@ SGLANG = EngineMap(
         _g("used_tokens", "sglang:num_used_tokens"),
         _g("cache_hit_rate", "sglang:cache_hit_rate", combine="mean"),
         _g("retracted", "sglang:num_retracted_reqs"),
+        _c("process_cpu", "process_cpu_seconds"),
     ),
     info_kinds=("server_info",),
     histograms=(
@@ -276,7 +282,8 @@ def detect_engine(index: MetricIndex, hint: Iterable[str] = ()) -> EngineMap | N
     best: EngineMap | None = None
     best_score = 0
     for engine in ENGINES:
-        score = sum(1 for q in engine.quantities if _lookup(index, q))
+        # every Python server publishes its process CPU: it says nothing about which engine this is
+        score = sum(1 for q in engine.quantities if q.key != "process_cpu" and _lookup(index, q))
         if score > best_score:
             best, best_score = engine, score
     if best is None:

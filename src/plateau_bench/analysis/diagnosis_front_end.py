@@ -1,0 +1,121 @@
+"""The front end: requests wait outside the engine, in the API server process, while the engine has room.
+
+vLLM and SGLang put an API server in front of the engine (HTTP, chat template, tokenizer, detokenizer):
+one Python process by default. When it cannot turn requests around as fast as the engine finishes them,
+the engine runs below its cap and its step-time limit while the client's requests wait outside it. The
+client sees what a cap shows (throughput flat, TTFT growing with load, TPOT flat), so only the server can
+tell them apart. Evidence, whatever the levels carry:
+
+* **requests outside the engine**: the client keeps C requests in flight (Little's law,
+  ``achieved_concurrency``) while the server counts far fewer, running + waiting, on its ``/metrics``
+  (a request is counted once the engine core has it); at least ``OUTSIDE_SHARE`` of them outside on the
+  sweep's top level, and more than twice as many as at its lowest level (they pile up with load);
+* **the time split** (``analysis.time_split``): the client's TTFT less the server's queue + prefill, the
+  time outside the engine, is most of the TTFT at the top level and more than doubled with load;
+* **the API server at one core**: ``process_cpu_seconds_total``'s rate (``process_cpu_rate``) at or above
+  ``ONE_CORE`` CPU seconds per second. A process below ``IDLE_CPU`` is not what holds requests: the wait is
+  elsewhere (network, a proxy), and the verdict says so at a lower confidence.
+
+The verdict needs the requests (or the TTFT) outside the engine; the CPU raises it to high confidence.
+"""
+
+from __future__ import annotations
+
+from plateau_bench.analysis.diagnosis_common import Sweep, at, ms
+from plateau_bench.result import Confidence, LevelResult, Verdict
+
+OUTSIDE_SHARE = 0.5   # of the client's requests in flight, the server does not count them
+ONE_CORE = 0.8        # CPU seconds per second: a single-threaded process near its core
+IDLE_CPU = 0.5        # below this the API server has CPU to spare
+MIN_SCRAPES = 5       # scrapes inside a level's window before its gauges' means are compared with the client's
+
+FRONT_END_FIX = {
+    "vllm": "vllm serve --api-server-count {n} (more API server processes in front of the engine)",
+    "sglang": "--tokenizer-worker-num {n} (more tokenizer processes in front of the scheduler)",
+}
+GENERIC_FRONT_END = ("more API server processes: vLLM --api-server-count {n}, SGLang --tokenizer-worker-num {n}")
+REPLICAS = "or more replicas behind a load balancer, each with its own API server"
+
+
+def outside_share(level: LevelResult) -> float | None:
+    """Share of the client's requests in flight that the server's /metrics do not count (None: unknown)."""
+    t = level.telemetry
+    if t.running_mean is None or t.waiting_mean is None or level.achieved_concurrency <= 0:
+        return None   # both gauges count the requests in the engine: one alone would miss some
+    if t.samples < MIN_SCRAPES:
+        return None   # a burst shorter than a few scrapes: its gauges are a moment, the client's count a mean
+    inside = t.running_mean + t.waiting_mean
+    return max(0.0, 1.0 - inside / level.achieved_concurrency)
+
+
+def process_cpu(level: LevelResult) -> float | None:
+    """The API server's CPU seconds per second over the level (``process_cpu_seconds_total``'s rate)."""
+    return level.telemetry.raw.get("process_cpu_rate")
+
+
+def _split_outside(level: LevelResult) -> tuple[float, float] | None:
+    """(time outside the engine, client TTFT), means in ms, from the server's time split."""
+    split = level.time_split
+    if split is None or split.outside_engine_ms is None or not split.client_ttft_mean_ms:
+        return None
+    return split.outside_engine_ms, split.client_ttft_mean_ms
+
+
+def _outside_count(level: LevelResult) -> float | None:
+    share = outside_share(level)
+    return None if share is None else share * level.achieved_concurrency
+
+
+def _outside_evidence(s: Sweep) -> list[str]:
+    """Requests (or TTFT) outside the engine, growing with load; empty when the levels do not show it.
+
+    Growth is read on the count, not the share: at C=1 a request may spend most of its short life in the
+    front end, so the share is high at every level, but only a saturated front end piles requests up.
+    """
+    first, last = s.levels[0], s.levels[-1]
+    share, count, base = outside_share(last), _outside_count(last), _outside_count(first)
+    if share is not None and count is not None and share >= OUTSIDE_SHARE and (base is None or count > 2 * base):
+        t = last.telemetry
+        return [f"at {at(last)}: {last.achieved_concurrency:.0f} requests in flight at the client, "
+                f"{last.achieved_concurrency - count:.0f} in the engine ({t.running_mean or 0:.0f} running, "
+                f"{t.waiting_mean or 0:.0f} waiting, /metrics): {share:.0%} wait outside it"
+                + (f" ({base:.1f} at {at(first)})" if base is not None else "")]
+    split, split_base = _split_outside(last), _split_outside(first)
+    if split is not None and split[0] >= OUTSIDE_SHARE * split[1] and (
+            split_base is None or split[0] > 2 * split_base[0]):
+        before = f" ({ms(split_base[0])} at {at(first)})" if split_base is not None else ""
+        return [f"at {at(last)}: {ms(split[0])} of the {ms(split[1])} TTFT is spent outside the engine (client TTFT "
+                f"less the server's queue + prefill){before}"]
+    return []
+
+
+def front_end_verdict(s: Sweep) -> Verdict | None:
+    """The front-end verdict when requests wait outside the engine on the plateau (module docstring), else None."""
+    outside = _outside_evidence(s)
+    if not outside:
+        return None
+    last = s.levels[-1]
+    cpu = process_cpu(last)
+    evidence = list(outside)
+    confidence: Confidence = "medium"
+    to_separate: list[str] = []
+    if cpu is not None and cpu >= ONE_CORE:
+        confidence = "high"
+        evidence.append(f"the API server process used {cpu:.2f} CPU s per second at {at(last)}: one core, full")
+    elif cpu is not None and cpu < IDLE_CPU:
+        confidence = "low"
+        evidence.append(f"the API server process used only {cpu:.2f} CPU s per second: the wait may be in the "
+                        "network or a proxy in front of it")
+    else:
+        to_separate.append("check the API server's CPU (process_cpu_seconds_total on /metrics): near one core "
+                           "confirms the front end")
+    t = last.telemetry
+    if t.cap and t.running_max is not None and t.running_max < t.cap:
+        evidence.append(f"running at most {t.running_max:.0f} of the cap of {t.cap:.0f}")
+    n = 2 if cpu is None else max(2, int(cpu + 1.5))
+    fix = FRONT_END_FIX.get(s.engine or "", GENERIC_FRONT_END).format(n=n)
+    return Verdict("front_end", "front end: requests wait in the API server while the engine has room",
+                   confidence, evidence, to_separate=to_separate,
+                   suggestions=[f"try {fix}, {REPLICAS}",
+                                "cheaper requests for the front end: shorter prompts to tokenize, no chat template, "
+                                "fewer streamed chunks (stream_options or larger chunks)"])

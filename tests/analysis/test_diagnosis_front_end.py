@@ -1,0 +1,114 @@
+"""The front-end verdict (``analysis.diagnosis_front_end``): requests wait in the API server, not in the engine."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from plateau_bench.analysis.diagnosis import diagnose
+from plateau_bench.result import Latency, LevelResult, ServerPhase, ServerTelemetry, ServerTimeSplit
+
+from support.builders import level_result
+
+CAP = 256
+
+
+def _level(c: int, tput: float, *, batch: float, ttft: float, tpot: float, telemetry: ServerTelemetry) -> LevelResult:
+    return level_result(
+        c, tput, num_requests=max(c, 10), completed=max(c, 10), decoding_concurrency=batch * 0.98,
+        peak_decoding=round(batch), achieved_concurrency=float(c), wall_s=10.0,
+        ttft_ms=Latency(mean=ttft, p50=ttft, p99=ttft * 1.1), tpot_ms=Latency(mean=tpot, p50=tpot, p99=tpot),
+        itl_ms=Latency(mean=tpot, p50=tpot, p99=tpot, max=tpot * 1.5), telemetry=telemetry)
+
+
+def front_end_bound(cpu: float | None = 0.97, *, metrics: bool = True) -> list[LevelResult]:
+    """An API server that hands the engine at most 40 requests' worth of work: the batch stays at 40 of 256."""
+    out = []
+    for c in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
+        b = min(c, 40)
+        tpot = 14 + 0.195 * b
+        ttft = 60.0 if c <= 40 else 60 + (c - 40) * 25.0   # queueing in the front end, one request at a time
+        raw = {"process_cpu_rate": min(1.0, c / 40) * cpu} if cpu is not None else {}
+        telemetry = (ServerTelemetry(running_mean=b * 0.97, running_max=float(b), waiting_mean=0.3, cap=float(CAP),
+                                     kv_usage_max=0.2, kv_usage_mean=0.15, raw=raw, samples=20)
+                     if metrics else ServerTelemetry())
+        out.append(_level(c, b * 1000 / tpot, batch=b, ttft=ttft, tpot=tpot, telemetry=telemetry))
+    return out
+
+
+def engine_capped(cpu: float = 0.2) -> list[LevelResult]:
+    """The engine's own cap binds; the API server has CPU to spare and every request is inside the engine."""
+    out = []
+    for c in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024):
+        b = min(c, CAP)
+        tpot = 14 + 0.195 * b
+        ttft = 50.0 if c <= CAP else 50 + (c - CAP) / CAP * 33_000
+        telemetry = ServerTelemetry(running_mean=b * 0.99, running_max=float(b), waiting_mean=float(max(c - CAP, 0)),
+                                    kv_usage_max=0.41, kv_usage_mean=0.3, raw={"process_cpu_rate": cpu},
+                                    samples=20)
+        out.append(_level(c, b * 1000 / tpot, batch=b, ttft=ttft, tpot=tpot, telemetry=telemetry))
+    return out
+
+
+def test_a_front_end_at_one_core_with_the_engine_below_its_cap_is_named() -> None:
+    v = diagnose(front_end_bound(), engine="vllm")
+    assert v.constraint == "front_end" and v.confidence == "high"
+    assert any("512 requests in flight at the client" in e and "wait outside it" in e for e in v.evidence)
+    assert any("0.97 CPU s per second" in e for e in v.evidence)
+    assert any("running at most 40 of the cap of 256" in e for e in v.evidence)
+    assert v.suggestions[0].startswith("try vllm serve --api-server-count 2")
+    assert "replicas" in v.suggestions[0]
+
+
+def test_sglang_is_told_its_own_flag() -> None:
+    v = diagnose(front_end_bound(), engine="sglang")
+    assert "--tokenizer-worker-num 2" in v.suggestions[0]
+
+
+def test_without_the_process_cpu_the_verdict_is_medium_and_says_what_to_check() -> None:
+    v = diagnose(front_end_bound(cpu=None), engine="vllm")
+    assert v.constraint == "front_end" and v.confidence == "medium"
+    assert any("process_cpu_seconds_total" in t for t in v.to_separate)
+
+
+def test_an_idle_api_server_points_elsewhere_at_low_confidence() -> None:
+    v = diagnose(front_end_bound(cpu=0.1), engine="vllm")
+    assert v.constraint == "front_end" and v.confidence == "low"
+    assert any("network or a proxy" in e for e in v.evidence)
+
+
+def test_the_engines_cap_is_not_a_front_end() -> None:
+    v = diagnose(engine_capped(), engine="vllm")
+    assert v.constraint == "admission_cap"
+    assert v.estimated_cap == CAP
+
+
+@pytest.mark.parametrize("cpu", [0.2, 0.99])
+def test_a_busy_api_server_alone_does_not_make_the_verdict(cpu: float) -> None:
+    # Every request the client has in flight is inside the engine: whatever the CPU, the wait is the cap's.
+    assert diagnose(engine_capped(cpu=cpu), engine="vllm").constraint == "admission_cap"
+
+
+def test_the_time_split_places_the_wait_outside_the_engine() -> None:
+    levels = front_end_bound(metrics=False)
+    for i in (0, -1):
+        ttft = levels[i].ttft_ms.mean or 0.0
+        levels[i].time_split = ServerTimeSplit(
+            engine="vllm", queue_ms=ServerPhase(observations=500, mean=2.0),
+            prefill_ms=ServerPhase(observations=500, mean=30.0), client_ttft_mean_ms=ttft,
+            outside_engine_ms=ttft - 32.0)
+    v = diagnose(levels, engine="vllm")
+    assert v.constraint == "front_end" and v.confidence == "medium"
+    assert any("outside the engine (client TTFT less the server's queue + prefill)" in e for e in v.evidence)
+
+
+def test_the_client_alone_cannot_place_the_queue() -> None:
+    # The same sweep without /metrics or a time split: a pinned batch with TTFT growing reads as a cap.
+    assert diagnose(front_end_bound(metrics=False), engine="vllm").constraint != "front_end"
+
+
+def test_too_few_scrapes_in_a_level_say_nothing_about_requests_outside() -> None:
+    # A short burst's gauges are the moment of one or two scrapes; the client's count is a mean over the window.
+    levels = [msgspec.structs.replace(lv, telemetry=msgspec.structs.replace(lv.telemetry, samples=2))
+              for lv in front_end_bound()]
+    assert diagnose(levels, engine="vllm").constraint != "front_end"

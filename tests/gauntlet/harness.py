@@ -36,7 +36,7 @@ from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
 FAMILIES = ("cap", "kv", "kv_under_cap", "compute", "prefill", "unsaturated", "free")
 FRONT_END = "front_end"   # a family of its own (``front_end_scenarios``): the seven above keep their rotation
 ARMS = ("client", "metrics", "spike")
-CLIENT_ARMS = ("client", "spike")
+CLIENT_ARMS = ("client", "spike")   # no /metrics: where requests wait outside the engine is out of their sight
 CLASSES = ("admission_cap", "kv_capacity", "front_end", "compute", "prefill", "not_saturated")
 FRONT_END_BINDS = 0.9   # the front end busy this share of the top level's window, the engine below its limits
 MIN_LEVEL_S, MAX_LEVEL_S = 2.0, (12.0, 60.0)   # levels last 3 request lifetimes, within these bounds
@@ -82,11 +82,6 @@ class Oracle:
     gain: float
     cap_gain: float | None = None    # plateau with the cap doubled, over the plateau, minus 1
     kv_gain: float | None = None     # the same with the KV cache doubled
-    # What the client alone may also answer, below high confidence: requests queued in the front end look
-    # to it like requests queued behind a cap (a pinned batch, TTFT growing, TPOT flat), and the front
-    # end's time per request is in the TTFT at C=1, where it reads as prompt cost; only the server can
-    # place them.
-    client_accepts: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -100,9 +95,6 @@ class Outcome:
 
     @property
     def correct(self) -> bool:
-        if (self.arm in CLIENT_ARMS and self.verdict.constraint in self.oracle.client_accepts
-                and self.verdict.confidence != "high"):
-            return True   # what the client alone cannot tell apart, said without certainty
         return self.verdict.constraint in self.oracle.accepted
 
     @property
@@ -281,10 +273,8 @@ def oracle(levels: Sequence[LevelResult], sh: dict[str, float], cap_gain: float 
     step_bound = "prefill" if sh["prefill"] >= 0.5 else "compute"
     step_ok = {step_bound} | ({"compute", "prefill"} if 0.35 <= sh["prefill"] <= 0.65 else set())
 
-    client: set[str] = set()
-
     def made(primary: str, secondary: str | None, accepted: set[str]) -> Oracle:
-        return Oracle(primary, secondary, frozenset(accepted), sh, top_c, gain, cap_gain, kv_gain, frozenset(client))
+        return Oracle(primary, secondary, frozenset(accepted), sh, top_c, gain, cap_gain, kv_gain)
 
     limits = _limits(sh, step_ok, step_bound, cap_gain, kv_gain)
     if sh["budget"] >= 0.5 and limits is None:
@@ -294,7 +284,6 @@ def oracle(levels: Sequence[LevelResult], sh: dict[str, float], cap_gain: float 
         # Rule 0: the front end was busy all the time and nothing in the engine held requests out: they
         # waited in front of it (the engine's "none" share says nobody waited *inside* it).
         limits = ("front_end", None, {"front_end"})
-        client.update(("admission_cap", "prefill"))
     rest = limits or (step_bound, None, step_ok)
     if gain >= NOT_FLAT or (gain >= 0.05 and sh["none"] >= 0.5 and not front_end):
         # Still growing: not saturated. In the grey zone, or when the sweep's own search declared a plateau

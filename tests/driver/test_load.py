@@ -300,6 +300,7 @@ async def test_max_wall_s_ends_a_level_whose_requests_never_answer_at_the_bound(
     assert all(r.error == ErrorClass.HUNG for r in records) and sender.in_flight == 0
 
 
+@pytest.mark.slow   # a second of real time
 async def test_answers_still_coming_at_the_bound_finish_and_count() -> None:
     t0 = time.monotonic_ns()
     sender = FakeSender(t0, 0.3)
@@ -321,6 +322,7 @@ class StreamingForeverSender(HangingSender):
                              error_detail=detail)
 
 
+@pytest.mark.slow   # a second of real time
 async def test_an_answer_still_streaming_at_the_bound_is_not_called_silent() -> None:
     t0 = time.monotonic_ns()
     progress = LoadProgress()

@@ -89,17 +89,41 @@ def test_a_busy_api_server_alone_does_not_make_the_verdict(cpu: float) -> None:
     assert diagnose(engine_capped(cpu=cpu), engine="vllm").constraint == "admission_cap"
 
 
-def test_the_time_split_places_the_wait_outside_the_engine() -> None:
+def _split_only(cpu: float | None) -> list[LevelResult]:
+    """The front-end-bound sweep as a server without running/waiting gauges shows it: its time split, and the
+    API server's CPU when given."""
     levels = front_end_bound(metrics=False)
-    for i in (0, -1):
-        ttft = levels[i].ttft_ms.mean or 0.0
-        levels[i].time_split = ServerTimeSplit(
-            engine="vllm", queue_ms=ServerPhase(observations=500, mean=2.0),
-            prefill_ms=ServerPhase(observations=500, mean=30.0), client_ttft_mean_ms=ttft,
-            outside_engine_ms=ttft - 32.0)
-    v = diagnose(levels, engine="vllm")
-    assert v.constraint == "front_end" and v.confidence == "medium"
+    for i, lv in enumerate(levels):
+        if cpu is not None:
+            lv.telemetry = ServerTelemetry(raw={"process_cpu_rate": cpu}, samples=20)
+        if i in (0, len(levels) - 1):
+            ttft = lv.ttft_ms.mean or 0.0
+            lv.time_split = ServerTimeSplit(
+                engine="vllm", queue_ms=ServerPhase(observations=500, mean=2.0),
+                prefill_ms=ServerPhase(observations=500, mean=30.0), client_ttft_mean_ms=ttft,
+                outside_engine_ms=ttft - 32.0)
+    return levels
+
+
+def test_the_time_split_places_the_wait_outside_the_engine_with_the_api_server_busy() -> None:
+    v = diagnose(_split_only(cpu=0.95), engine="vllm")
+    assert v.constraint == "front_end" and v.confidence == "high"
     assert any("outside the engine (client TTFT less the server's queue + prefill)" in e for e in v.evidence)
+
+
+@pytest.mark.parametrize("cpu", [None, 0.2])
+def test_time_outside_the_engine_alone_does_not_name_the_front_end(cpu: float | None) -> None:
+    # Without a busy API server the time outside the engine may be the network, a proxy or the client.
+    assert diagnose(_split_only(cpu=cpu), engine="vllm").constraint != "front_end"
+
+
+def test_gauges_that_count_the_requests_overrule_the_split() -> None:
+    levels = _split_only(cpu=0.95)
+    for lv in levels:   # running + waiting hold every request the client has in flight
+        lv.telemetry = ServerTelemetry(running_mean=min(lv.concurrency or 0, 40) * 1.0,
+                                       waiting_mean=max(0.0, (lv.concurrency or 0) - 40.0), running_max=40.0,
+                                       raw={"process_cpu_rate": 0.95}, samples=20)
+    assert diagnose(levels, engine="vllm").constraint != "front_end"
 
 
 def test_the_client_alone_cannot_place_the_queue() -> None:

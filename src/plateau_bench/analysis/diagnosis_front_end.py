@@ -11,7 +11,9 @@ tell them apart. Evidence, whatever the levels carry:
   (a request is counted once the engine core has it); at least ``OUTSIDE_SHARE`` of them outside on the
   sweep's top level, and more than twice as many as at its lowest level (they pile up with load);
 * **the time split** (``analysis.time_split``): the client's TTFT less the server's queue + prefill, the
-  time outside the engine, is most of the TTFT at the top level and more than doubled with load;
+  time outside the engine, is most of the TTFT at the top level and more than doubled with load; read only
+  where the gauges cannot count the requests, and only with the API server at least half busy (time
+  outside the engine alone could be the network, a proxy or the client);
 * **the API server at one core**: ``process_cpu_seconds_total``'s rate (``process_cpu_rate``) at or above
   ``ONE_CORE`` CPU seconds per second. A process below ``IDLE_CPU`` is not what holds requests: the wait is
   elsewhere (network, a proxy), and the verdict says so at a lower confidence.
@@ -80,6 +82,14 @@ def _outside_evidence(s: Sweep) -> list[str]:
                 f"{last.achieved_concurrency - count:.0f} in the engine ({t.running_mean or 0:.0f} running, "
                 f"{t.waiting_mean or 0:.0f} waiting, /metrics): {share:.0%} wait outside it"
                 + (f" ({base:.1f} at {at(first)})" if base is not None else "")]
+    if share is not None:
+        return []   # the server's own gauges count the client's requests: they wait in the engine, not before it
+    cpu = process_cpu(last)
+    if cpu is None or cpu < IDLE_CPU:
+        # TTFT outside the engine alone could be the network, a proxy, the client or a server lagging for any
+        # reason (a preempted request's recompute has been seen to read as outside in the twin's split): it
+        # names the front end only with the API server busy.
+        return []
     split, split_base = _split_outside(last), _split_outside(first)
     if split is not None and split[0] >= OUTSIDE_SHARE * split[1] and (
             split_base is None or split[0] > 2 * split_base[0]):

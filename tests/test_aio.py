@@ -72,3 +72,27 @@ def test_a_first_ctrl_c_ends_the_level_and_a_second_stops_everything_at_once() -
     assert ended == [1] and not stop_asked()
     assert said == ["plateau: ending the level now (the requests in flight are cancelled, what finished is kept); "
                     "Ctrl-C again to stop at once"]
+
+
+async def _swallow_the_first_interrupt() -> str:
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(0.5)   # the interrupt is raised in here ...
+    except KeyboardInterrupt:
+        pass                       # ... and lost, as a transport's callback loses it
+    await asyncio.sleep(5)
+    return "ran on"
+
+
+def test_a_sigterm_lost_inside_a_callback_still_ends_the_run() -> None:
+    from plateau_bench import aio
+
+    previous = signal.getsignal(signal.SIGTERM)
+    aio.treat_sigterm_as_interrupt()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            aio.run(_swallow_the_first_interrupt())
+        assert aio.terminated()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        aio._terminated = False

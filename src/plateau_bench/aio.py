@@ -45,10 +45,19 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
+_main_task: asyncio.Task[Any] | None = None   # the task ``run`` runs (SIGTERM's safety net looks at it)
+
+
 def run(main: Coroutine[Any, Any, T]) -> T:
     """``asyncio.run`` on the chosen loop."""
+
+    async def noted() -> T:
+        global _main_task
+        _main_task = asyncio.current_task()
+        return await main
+
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
-        return runner.run(main)
+        return runner.run(noted())
 
 
 @contextmanager
@@ -83,9 +92,21 @@ def treat_sigterm_as_interrupt() -> None:
     def stop(signum: int, frame: object) -> None:
         global _terminated
         _terminated = True
+        loop = asyncio._get_running_loop()
+        if loop is not None:
+            # A safety net: raised inside a transport's callback, the interrupt below is reported by the event
+            # loop as a fatal transport error and the run carries on; from a plain callback it always ends it.
+            loop.call_soon_threadsafe(_interrupt_if_still_running)
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
+
+
+def _interrupt_if_still_running() -> None:
+    """Raise the interrupt unless it already reached the main task (done, or being cancelled by the runner)."""
+    task = _main_task
+    if task is not None and not task.done() and not task.cancelling():
+        raise KeyboardInterrupt
 
 
 def terminated() -> bool:

@@ -15,7 +15,7 @@ from plateau_bench.sim.tokens import TwinTokenizer
 from plateau_bench.workload.tokens import LocalTokenizer
 
 from support.loading import Cli
-from support.tokenizers import train_char_bpe
+from support.trained_tokenizers import train_char_bpe
 
 PROMPT = "the plateau is where more load adds queueing, not tokens; concurrency 1,024 waits"
 

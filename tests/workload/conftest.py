@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from support.tokenizers import train_byte_bpe, train_char_bpe, train_metaspace_bpe
+from support.trained_tokenizers import train_byte_bpe, train_char_bpe, train_metaspace_bpe
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,12 @@ select and format figures from the levels; nothing is read or recomputed here.
 
 Markdown is for pull requests and chats (one table per run), CSV for spreadsheets (one row per
 level, a ``run`` column when several runs are given), JSON for scripts (numbers unrounded).
+
+After the client's figures come the server's own account of the level (``LevelResult.time_split``: mean
+queue, prefill and decode time, the TTFT spent outside the engine, tokens per engine step) and its GPUs'
+(``LevelResult.gpu_metrics``: output tokens per joule, joules per output token, power over the power
+limit and SM clock over its maximum, in per cent). A figure the level lacks is unknown, never 0:
+``-`` in Markdown, an empty cell in CSV, null in JSON.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 import msgspec
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.result import LevelResult
+from plateau_bench.result import GpuMetrics, LevelResult, ServerPhase
 from plateau_bench.run_view import ReportRun
 
 FORMATS = ("md", "csv", "json")
@@ -54,6 +60,39 @@ COLUMNS: list[Column] = [
     ("e2e_p50_ms", lambda lv: lv.e2e_ms.p50, 1),
     ("e2e_p99_ms", lambda lv: lv.e2e_ms.p99, 1),
     ("wall_s", lambda lv: lv.wall_s, 1),
+]
+
+
+def _phase_mean(name: str) -> Callable[[LevelResult], float | None]:
+    """The mean of one phase of the server's time split; None when unpublished or too few requests."""
+    def get(level: LevelResult) -> float | None:
+        phase: ServerPhase | None = getattr(level.time_split, name, None)
+        return None if phase is None else phase.mean
+    return get
+
+
+def _gpu(name: str, *, percent: bool = False) -> Callable[[LevelResult], float | None]:
+    """One GPU figure of the level (a 0..1 share as per cent with ``percent``); None when not measured."""
+    def get(level: LevelResult) -> float | None:
+        m: GpuMetrics | None = level.gpu_metrics
+        v: float | None = None if m is None else getattr(m, name)
+        if v is None or not percent:
+            return v
+        return round(v * 100.0, 6)   # 0.57 x 100 is 56.99999999999999 in binary floating point
+    return get
+
+
+# The server's own evidence, after the client's figures (added columns: the ones above keep their order).
+COLUMNS += [
+    ("server_queue_mean_ms", _phase_mean("queue_ms"), 1),
+    ("server_prefill_mean_ms", _phase_mean("prefill_ms"), 1),
+    ("server_decode_mean_ms", _phase_mean("decode_ms"), 1),
+    ("outside_engine_ms", lambda lv: None if lv.time_split is None else lv.time_split.outside_engine_ms, 1),
+    ("tokens_per_step", _phase_mean("step_tokens"), 1),
+    ("output_tok_per_j", _gpu("output_tokens_per_joule"), 3),
+    ("j_per_output_tok", _gpu("joules_per_output_token"), 4),
+    ("power_pct_of_limit", _gpu("power_share", percent=True), 1),
+    ("sm_clock_pct_of_max", _gpu("sm_clock_share", percent=True), 1),
 ]
 
 HEADERS = [c[0] for c in COLUMNS]

@@ -39,6 +39,12 @@ LATENCIES = (("ttft", ("ttft", "time to first token", "first token")), ("tpot", 
              ("e2e", ("e2e", "e2el", "latency", "lat", "end to end", "request latency")))
 
 
+# Columns ``plateau report --format md|csv`` writes that an import does not keep (the server's time split,
+# the GPUs' energy), as normalised here: a table plateau wrote reads back without a warning about them.
+EXPORT_ONLY = ("server queue mean", "server prefill mean", "server decode mean", "outside engine", "tokens per step",
+               "output tok per j", "j per output tok", "power pct of limit", "sm clock pct of max")
+
+
 @dataclass(frozen=True)
 class Column:
     index: int
@@ -97,7 +103,7 @@ def _plain(name: str, words: list[str]) -> str:
     checks: tuple[tuple[str, bool], ...] = (
         ("label", name in ("level", "label", "name", "run level")),
         ("mode", name == "mode"),
-        ("ignore", name in ("run", "#", "no", "index")),
+        ("ignore", name in ("run", "#", "no", "index") or name in EXPORT_ONLY),
         ("achieved_concurrency", "achieved" in words or name in ("avg concurrency", "mean concurrency",
                                                                  "concurrency achieved", "little concurrency")),
         ("decoding_concurrency", "decoding" in words and "concurrency" in words),

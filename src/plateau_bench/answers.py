@@ -21,7 +21,7 @@ TERMS = {"t0": ("fixed cost per step", "s per step"),
          "a": ("per decoding sequence", "s per decoding sequence, per step"),
          "b": ("per prompt token prefilled", "s per prompt token"),
          "c": ("per KV-cache token read", "s per KV token read"),
-         "s": ("per allocated slot of the admission cap, used or not", "s per slot, per step")}
+         "s": ("per allocated slot (the cap), used or not", "s per slot, per step")}
 
 
 class Parameter(msgspec.Struct, frozen=True, kw_only=True):

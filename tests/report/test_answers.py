@@ -63,8 +63,8 @@ def test_the_model_shows_each_coefficient_in_its_unit_and_every_fit() -> None:
     assert rows(model_view(model), "t0")[0][1:6] == ["fixed cost per step", "2", "0.00012", "ms per step", "fitted"]
     assert rows(model_view(model), "a")[0][3] == "-"              # no standard error
     assert rows(model_view(model), "c")[0][5:] == ["fixed", "not identified"]
-    assert rows(model_view(model), "s")[0][1:6] == ["per allocated slot", "1.5", "0.01", "ms per slot of the cap, per "
-                                                    "step", "fitted"]
+    assert rows(model_view(model), "s")[0][1:6] == ["per allocated slot", "1.5", "0.01", "ms per slot, per step",
+                                                    "fitted"]
     assert "cap 32 running requests (diagnosis); KV cache 8,186 tokens (client lower bound)" in out
     # The held-out column: what the fit without the level predicts it to be ("-": that fit could not be made).
     # The cap column: the slots the level's steps paid for; the weight: the robust fit's.

@@ -15,7 +15,7 @@ from plateau_bench.answers import TERMS, CalibratedModel, CapacityPlan, Predicti
 from plateau_bench.spec import WorkloadSpec
 
 _UNITS = {"t0": ("ms per step", 1e3), "a": ("ms per decoding sequence", 1e3), "b": ("us per prompt token", 1e6),
-          "c": ("ns per KV token read", 1e9), "s": ("ms per slot of the cap, per step", 1e3)}
+          "c": ("ns per KV token read", 1e9), "s": ("ms per slot, per step", 1e3)}
 
 
 def _table(title: str, columns: tuple[str, ...] | list[str], left: tuple[str, ...] = ()) -> Table:

@@ -16,12 +16,25 @@ from plateau_bench.result import Knee, Plateau
 # -- the calibrated model (``analysis.calibration``) ------------------------------------------------------
 
 
+# Each step-time term: what it costs and the unit of its value.
+TERMS = {"t0": ("fixed cost per step", "s per step"),
+         "a": ("per decoding sequence", "s per decoding sequence, per step"),
+         "b": ("per prompt token prefilled", "s per prompt token"),
+         "c": ("per KV-cache token read", "s per KV token read"),
+         "s": ("per allocated slot (the cap), used or not", "s per slot, per step")}
+
+
 class Parameter(msgspec.Struct, frozen=True, kw_only=True):
-    name: str                      # t0 | a | b | c (seconds per step / sequence / prompt token / KV token)
-    value: float
+    """One term of the step time ``t0 + a*decode_seqs + b*prefill_tokens + c*kv_tokens_read + s*slots``."""
+
+    name: str                      # t0 | a | b | c | s
+    value: float                   # in ``unit``
     stderr: float | None = None    # None: no residual degrees of freedom, or not identified
     identified: bool = True
-    note: str = ""
+    note: str = ""                 # why it is fixed, when it is
+    term: str = ""                 # what it costs: "fixed cost per step", "per allocated slot, per step", ...
+    unit: str = ""                 # the value's: "s per step", "s per decoding sequence", ...
+    source: str = "fitted"         # fitted | fixed (at 0 or the floor: ``note`` says why)
 
 
 class LevelFit(msgspec.Struct, frozen=True, kw_only=True):
@@ -34,6 +47,8 @@ class LevelFit(msgspec.Struct, frozen=True, kw_only=True):
     context: float = 0.0           # tokens a decoding sequence holds on average (prompt + half the answer)
     held_out_ms: float | None = None   # predicted by the fit without this level (None: that fit cannot be made)
     held_out_sweep_ms: float | None = None   # ... without this level's whole sweep (several sweeps only)
+    slots: int | None = None       # the server's admission cap at this level (None: none showed)
+    weight: float = 1.0            # the robust fit's weight (Huber, 0..1): below 1, the level fitted worse
 
     @property
     def residual(self) -> float:
@@ -67,6 +82,7 @@ class EngineModel(msgspec.Struct, frozen=True, kw_only=True):
     b: float
     c: float
     max_num_seqs: int
+    s: float = 0.0                 # per allocated slot of max_num_seqs, per step (llama.cpp's --parallel)
     max_num_batched_tokens: int
     kv_tokens: int
     policy: str = "mixed"

@@ -383,13 +383,15 @@ class TwinInfo(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StepCoefficients(msgspec.Struct, frozen=True, kw_only=True):
-    """The twin's step time ``t0 + a*decode_seqs + b*prefill_tokens + c*kv_tokens_read`` (seconds), plus
-    for a twin derived from the roofline the routed experts a step's tokens hit (``sim.step_model``)."""
+    """The twin's step time ``t0 + a*decode_seqs + b*prefill_tokens + c*kv_tokens_read + s*slots`` (seconds;
+    ``slots``: the admission cap), plus for a twin derived from the roofline the routed experts a step's
+    tokens hit (``sim.step_model``)."""
 
     t0: float
     a: float = 0.0
     b: float = 0.0
     c: float = 0.0
+    s: float = 0.0
     experts: int = 0
     expert_miss: float = 1.0
     expert_tokens: float = 1.0

@@ -172,7 +172,7 @@ def test_cross_validation_predicts_each_level_and_sweep_without_it() -> None:
     # Held out by hand for one level: the same figure.
     rows = _rows(short) + _rows(long)
     target = next(r for r in rows if r.metric == "tpot" and r.run == long.name)
-    coef, _, _ = fit_step([r for r in rows if r is not target])
+    coef = fit_step([r for r in rows if r is not target]).coef
     fit = next(lv for lv in model.levels if lv.run == long.name and lv.label == target.label and lv.metric == "tpot")
     assert fit.held_out_ms == pytest.approx(float(coef @ target.x) * 1e3)
     assert fit.held_out_ms != pytest.approx(fit.fitted_ms, rel=1e-9)

@@ -34,7 +34,10 @@ def test_calibrate_prints_and_saves_the_model(measured: Path, tmp_path: Path,
     assert "not identified" in out          # one prompt length: c folded into a, and said
     model = json.loads((tmp_path / "model.json").read_text())
     assert model["kind"] == "plateau-calibrated-model" and model["engine"]["max_num_seqs"] == 32
-    assert {p["name"] for p in model["parameters"]} == {"t0", "a", "b", "c"}
+    assert {p["name"] for p in model["parameters"]} == {"t0", "a", "b", "c", "s"}
+    slot = next(p for p in model["parameters"] if p["name"] == "s")    # one cap: s fixed at 0, and said
+    assert slot["value"] == 0 and slot["source"] == "fixed" and slot["note"].startswith("one admission cap")
+    assert "s*slots" in out and "ms per slot, per step" in out
     assert all(abs(lv["fitted_ms"] / lv["measured_ms"] - 1) < 0.1 for lv in model["levels"])
 
 

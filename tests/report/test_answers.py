@@ -51,19 +51,26 @@ def test_the_model_shows_each_coefficient_in_its_unit_and_every_fit() -> None:
     model = CalibratedModel(engine=ENGINE, parameters=[
         Parameter(name="t0", value=2e-3, stderr=1.2e-7), Parameter(name="a", value=1e-4),
         Parameter(name="b", value=2e-6, stderr=1e-9), Parameter(name="c", value=0.0, identified=False,
-                                                                  note="not identified")],
-        levels=[LevelFit(run="tiny", label="C=8", batch=7.9, measured_ms=2.79, fitted_ms=2.8),
+                                                                  note="not identified"),
+        Parameter(name="s", value=1.5e-3, stderr=1e-5, term="per allocated slot", unit="s per slot, per step")],
+        levels=[LevelFit(run="tiny", label="C=8", batch=7.9, measured_ms=2.79, fitted_ms=2.8, slots=32, weight=0.25),
                 LevelFit(run="tiny", label="C=16", batch=15.8, measured_ms=3.5, fitted_ms=3.5, held_out_ms=3.57)],
         sources=["runs/[a]"], cap_source="diagnosis", kv_source="client lower bound", policy_source="engine",
         input_len=129.0, output_len=127.0, notes=["[bold]kept[/bold] as written"])
     out = text(model_view(model))
     assert out.startswith("Calibrated from runs/[a]\n")          # a path is not markup
-    assert rows(model_view(model), "t0")[0][1:4] == ["2", "0.00012", "ms per step"]
-    assert rows(model_view(model), "a")[0][2] == "-"              # no standard error
+    # Each term named, in its unit, and how it was obtained (a model saved without the names gets them by name).
+    assert rows(model_view(model), "t0")[0][1:6] == ["fixed cost per step", "2", "0.00012", "ms per step", "fitted"]
+    assert rows(model_view(model), "a")[0][3] == "-"              # no standard error
+    assert rows(model_view(model), "c")[0][5:] == ["fixed", "not identified"]
+    assert rows(model_view(model), "s")[0][1:6] == ["per allocated slot", "1.5", "0.01", "ms per slot, per step",
+                                                    "fitted"]
     assert "cap 32 running requests (diagnosis); KV cache 8,186 tokens (client lower bound)" in out
     # The held-out column: what the fit without the level predicts it to be ("-": that fit could not be made).
-    assert rows(model_view(model), "tiny") == [["tiny", "C=8", "7.9", "TPOT", "2.79", "2.80", "+0.4%", "-"],
-                                               ["tiny", "C=16", "15.8", "TPOT", "3.50", "3.50", "+0.0%", "+2.0%"]]
+    # The cap column: the slots the level's steps paid for; the weight: the robust fit's.
+    assert rows(model_view(model), "tiny") == [
+        ["tiny", "C=8", "32", "7.9", "TPOT", "2.79", "2.80", "+0.4%", "0.25", "-"],
+        ["tiny", "C=16", "-", "15.8", "TPOT", "3.50", "3.50", "+0.0%", "1.00", "+2.0%"]]
     assert "Cross-validated: no level can be left out" in out   # the model states no cross-validation
     assert "  note: [bold]kept[/bold] as written" in out
 

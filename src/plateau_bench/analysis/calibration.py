@@ -1,6 +1,7 @@
 """Calibration: the twin's engine fitted to measured sweeps (``plateau calibrate``).
 
-The twin's step takes ``t = t0 + a*decode_seqs + b*prefill_tokens + c*kv_tokens_read``. A measured
+The twin's step takes ``t = t0 + a*decode_seqs + b*prefill_tokens + c*kv_tokens_read + s*slots``
+(``slots``: the server's admission cap, which llama.cpp allocates whether the slots run or not). A measured
 level shows its mean step from the client side: a request decoding in a batch of ``B`` sequences
 waits one step per token, so the mean step is ``B`` over the output rate (Little's law; ``TPOT``
 below, the per-request mean TPOT when a level has no rate). In a steady state
@@ -8,24 +9,28 @@ requests arrive at the request rate ``r`` (output tok/s over ``O``), so each ste
 tokens, and the decoders read ``B * (P + O/2)`` KV tokens (prompt plus half the answer). One row
 per level:
 
-    TPOT = t0 + a*B + b*(r*P*TPOT) + c*(B*(P + O/2))
+    TPOT = t0 + a*B + b*(r*P*TPOT) + c*(B*(P + O/2)) + s*N
 
-and, from the level with the fastest first token (usually the lightest), one for the prompt's own
-step: ``TTFT = t0 + a*(B-1) + b*P``. Weighted least squares on relative errors (every level counts alike)
-gives the coefficients, their standard errors (when there are more rows than unknowns) and the
-residual of every level.
+(``N``: the sweep's admission cap) and, from the level with the fastest first token (usually the
+lightest), one for the prompt's own step: ``TTFT = t0 + a*(B-1) + b*P + s*N``. A robust regression on
+relative errors (every level counts alike; one that fits far worse than the rest is down-weighted and
+named, ``analysis.calibration_fit``) gives the coefficients, their standard errors (when there are more
+rows than unknowns) and the residual of every level.
 
 What a sweep cannot identify is said, not guessed: with one context length ``c*B*(P+O/2)`` moves
 with ``a*B``, so ``c`` is folded into ``a`` (fixed at 0) and the note says to sweep a second
 prompt length (``plateau calibrate RUN_A RUN_B`` fits several sweeps of one deployment together);
-with a single decoding batch nothing separates ``t0`` from ``a`` and the calibration is refused.
+with a single decoding batch nothing separates ``t0`` from ``a`` and the calibration is refused. The
+per-slot cost ``s`` needs sweeps at two admission caps or more (``plateau calibrate parallel2/
+parallel4/``): at one cap ``s*N`` is a constant the fixed cost absorbs, so ``s`` is fixed at 0 and the
+note says so; a twin that predicts another cap then moves its step by nothing.
 A coefficient the fit makes negative is fixed at 0 and the rest refitted.
 
 How far to trust it is measured, not assumed: every level's mean TPOT is predicted by the same fit made
 without that level (leave one level out) and, with several sweeps, without its whole sweep (leave one
 sweep out); their median and worst errors are the calibration's error bar (``CrossValidation``). A fold
 whose remaining levels cannot be fitted (a single decoding batch left) predicts nothing and is not
-counted. The admission cap comes
+counted. The admission cap comes, sweep by sweep,
 from the diagnosis (or the server's stated limit), the KV capacity from ``/metrics`` (or, client
 alone, a lower bound: the most sequences seen decoding at once, at their full length), the policy
 from the engine (SGLang schedules prefill first).
@@ -38,31 +43,19 @@ from collections.abc import Sequence
 import msgspec
 import numpy as np
 
+from plateau_bench.analysis.calibration_fit import DOWN_WEIGHTED, NAMES, StepFit, fit_step, relative_residuals
+from plateau_bench.analysis.calibration_fit import Row as _Row
 from plateau_bench.analysis.diagnosis_client import STALL_MS
 from plateau_bench.analysis.diagnosis_common import mean_lengths
 from plateau_bench.analysis.roofline_place import decode_batch
+from plateau_bench.answers import TERMS, CrossValidation, LevelFit
 from plateau_bench.answers import CalibratedModel as CalibratedModel  # re-exported: the fit's result
-from plateau_bench.answers import CrossValidation, LevelFit
 from plateau_bench.answers import EngineModel as EngineModel
 from plateau_bench.answers import Parameter as Parameter
 from plateau_bench.errors import ResultsError
 from plateau_bench.result import LevelResult, ResultFile
 
-NAMES = ("t0", "a", "b", "c")
-MIN_BATCH_SPREAD = 1.5     # largest over smallest decoding batch needed to tell t0 from a
-MIN_CONTEXT_SPREAD = 1.2   # largest over smallest context needed to tell c from a
 DEFAULT_BUDGET = 8192      # vLLM's step budget for online serving; a client cannot see it
-T0_FLOOR_S = 1e-6          # the twin needs a fixed cost > 0; a fit at or below 0 is taken as this
-
-
-class _Row(msgspec.Struct, frozen=True):
-    run: str
-    label: str
-    batch: float
-    x: tuple[float, float, float, float]
-    y: float
-    metric: str
-    context: float
 
 
 def _stalled(lv: LevelResult) -> bool:
@@ -119,8 +112,10 @@ def _prefill_per_step(lv: LevelResult, prompt: float, output: float, tpot: float
     return rate * prompt * tpot
 
 
-def _rows(sweep: Sweep) -> list[_Row]:
+def _rows(sweep: Sweep, cap: int | None = None) -> list[_Row]:
+    """The sweep's rows; ``cap``: its admission cap, the slots every step pays for (None: none showed)."""
     rows = []
+    slots = float(cap or 0)
     run, levels = sweep.name, sweep.result.levels
     for lv in levels:
         found = decode_batch(lv)
@@ -131,12 +126,12 @@ def _rows(sweep: Sweep) -> list[_Row]:
         tpot = _mean_step(lv, batch)
         context = prompt + output / 2.0
         rows.append(_Row(run, lv.label, batch, (1.0, batch, _prefill_per_step(lv, prompt, output, tpot),
-                                                batch * context), tpot, "tpot", context))
-    prompt_row = _prompt_row(sweep)
+                                                batch * context, slots), tpot, "tpot", context))
+    prompt_row = _prompt_row(sweep, slots)
     return [*rows, prompt_row] if prompt_row is not None else rows
 
 
-def _prompt_row(sweep: Sweep) -> _Row | None:
+def _prompt_row(sweep: Sweep, slots: float) -> _Row | None:
     """The prompt's own step, from the level with the fastest first token (one without a queue: waiting
     only adds): a first token cannot come sooner than the step that prefills its prompt alongside the
     others decoding then, so that TTFT bounds ``t0 + a*(B-1) + b*P`` from above. The lightest level
@@ -150,63 +145,8 @@ def _prompt_row(sweep: Sweep) -> _Row | None:
         return None
     ttft_ms, batch, light = min(candidates, key=lambda c: c[0])
     prompt, _ = sweep.lengths_of(light)
-    return _Row(sweep.name, light.label, batch, (1.0, max(batch - 1.0, 0.0), prompt, 0.0), ttft_ms / 1e3, "ttft", 0.0)
-
-
-def _solve(rows: list[_Row], free: list[int], t0: float | None = None) -> tuple[np.ndarray, np.ndarray | None]:
-    """Coefficients (all four, the fixed ones 0, or ``t0`` when given) and their standard errors,
-    relative-error weighted."""
-    # The prompt's own step (TTFT at the lightest level) is the one clean look at b: as much weight as
-    # all the TPOT rows together, which see prefill only mixed into decode steps.
-    n_tpot = sum(r.metric == "tpot" for r in rows)
-    weight = [float(np.sqrt(max(n_tpot, 1))) if r.metric == "ttft" else 1.0 for r in rows]
-    x = np.array([[r.x[j] / r.y * w for j in free] for r, w in zip(rows, weight, strict=True)])
-    fixed_t0 = t0 or 0.0
-    y = np.array([w * (1.0 - fixed_t0 / r.y) for r, w in zip(rows, weight, strict=True)])
-    coef, *_ = np.linalg.lstsq(x, y, rcond=None)
-    full = np.zeros(4)
-    full[0] = fixed_t0
-    full[free] = coef
-    dof = len(rows) - len(free)
-    if dof <= 0:
-        return full, None
-    sigma2 = float(np.sum((x @ coef - y) ** 2)) / dof
-    cov = sigma2 * np.linalg.pinv(x.T @ x)
-    errors = np.full(4, np.nan)
-    errors[free] = np.sqrt(np.maximum(np.diag(cov), 0.0))
-    return full, errors
-
-
-def fit_step(rows: list[_Row]) -> tuple[np.ndarray, np.ndarray | None, dict[str, str]]:
-    """The step coefficients, their errors, and why a coefficient is fixed (name -> note)."""
-    tpot = [r for r in rows if r.metric == "tpot"]
-    batches = [r.batch for r in tpot]
-    if len(tpot) < 2 or max(batches) < MIN_BATCH_SPREAD * max(min(batches), 1e-9):
-        raise ResultsError("calibration needs levels at two or more decoding batches (the largest at least "
-                           f"{MIN_BATCH_SPREAD:g}x the smallest) to tell the fixed step cost from the cost per "
-                           f"sequence; these levels decoded {', '.join(f'{b:,.0f}' for b in batches) or 'none'}")
-    fixed: dict[str, str] = {}
-    contexts = [r.context for r in tpot]
-    if max(contexts) < MIN_CONTEXT_SPREAD * min(contexts):
-        fixed["c"] = ("not identified: every level had the same context length, so the KV read moves with the "
-                      "batch; folded into a (calibrate two sweeps with different --input-len to separate them)")
-    if not any(r.metric == "ttft" for r in rows) and max(r.x[2] for r in rows) <= 0:
-        fixed["b"] = "not identified: no prompt tokens seen in any step (no light level's TTFT either)"
-    floor = T0_FLOOR_S
-    while True:
-        free = [j for j, name in enumerate(NAMES) if name not in fixed]
-        coef, errors = _solve(rows, free, t0=floor if "t0" in fixed else None)
-        negative = [j for j in free if coef[j] < (0 if NAMES[j] != "t0" else floor)]
-        if not negative:
-            break
-        worst = min(negative, key=lambda j: coef[j])
-        fixed[NAMES[worst]] = ("fitted at or below 0: fixed at ~0 (the step's cost is all per sequence and token, as "
-                               "on a compute-bound server)" if NAMES[worst] == "t0"
-                               else "fitted below 0: fixed at 0 (the levels do not show this cost)")
-        if not [j for j, name in enumerate(NAMES) if name not in fixed]:
-            raise ResultsError("calibration found no step cost these levels show: they do not follow the twin's "
-                               "step model (check that the sweep reached steady levels)")
-    return coef, errors, fixed
+    return _Row(sweep.name, light.label, batch, (1.0, max(batch - 1.0, 0.0), prompt, 0.0, slots), ttft_ms / 1e3,
+                "ttft", 0.0)
 
 
 def _held_out(rows: list[_Row], target: _Row, *, whole_sweep: bool) -> float | None:
@@ -214,7 +154,7 @@ def _held_out(rows: list[_Row], target: _Row, *, whole_sweep: bool) -> float | N
     rest cannot be fitted."""
     rest = [r for r in rows if (r.run != target.run if whole_sweep else r is not target)]
     try:
-        coef, _, _ = fit_step(rest)
+        coef = fit_step(rest).coef
     except ResultsError:
         return None
     return float(np.dot(coef, target.x)) * 1e3
@@ -227,7 +167,7 @@ def _cross_validate(rows: list[_Row]) -> tuple[list[LevelFit], CrossValidation]:
     for row in rows:
         tpot = row.metric == "tpot"
         fits.append(LevelFit(run=row.run, label=row.label, batch=row.batch, measured_ms=row.y * 1e3,
-                             fitted_ms=0.0, metric=row.metric, context=row.context,
+                             fitted_ms=0.0, metric=row.metric, context=row.context, slots=int(row.x[4]) or None,
                              held_out_ms=_held_out(rows, row, whole_sweep=False) if tpot else None,
                              held_out_sweep_ms=_held_out(rows, row, whole_sweep=True) if tpot and several else None))
     by_level = [f.held_out_error for f in fits if f.held_out_error is not None]
@@ -271,12 +211,14 @@ def _kv(sweeps: Sequence[Sweep]) -> tuple[int, str]:
     return max(int(max(seen, default=0.0)), 16), "client lower bound"
 
 
-def _parameters(coef: np.ndarray, errors: np.ndarray | None, fixed: dict[str, str]) -> list[Parameter]:
+def _parameters(fit: StepFit) -> list[Parameter]:
     out = []
     for j, name in enumerate(NAMES):
-        err = None if errors is None or name in fixed or np.isnan(errors[j]) else float(errors[j])
-        out.append(Parameter(name=name, value=float(coef[j]), stderr=err, identified=name not in fixed,
-                             note=fixed.get(name, "")))
+        fixed = name in fit.fixed
+        err = None if fit.errors is None or fixed or np.isnan(fit.errors[j]) else float(fit.errors[j])
+        term, unit = TERMS[name]
+        out.append(Parameter(name=name, value=float(fit.coef[j]), stderr=err, identified=not fixed,
+                             note=fit.fixed.get(name, ""), term=term, unit=unit, source="fixed" if fixed else "fitted"))
     return out
 
 
@@ -289,50 +231,89 @@ def _policy(results: Sequence[ResultFile]) -> tuple[str, str]:
     return "mixed", "engine unknown: assumed to mix decodes and chunked prefill (vLLM's way)"
 
 
-def calibrate(sweeps: Sequence[Sweep]) -> CalibratedModel:
-    """The twin fitted to one or more sweeps of one deployment (``ResultsError`` when it cannot be)."""
-    rows = [row for sweep in sweeps for row in _rows(sweep)]
+def _sweep_caps(sweeps: Sequence[Sweep]) -> tuple[list[int | None], int | None, str]:
+    """Every sweep's admission cap (the slots its steps pay for), and the model's: the first diagnosed, else
+    the largest a server stated."""
+    found = [_cap([sweep.result]) for sweep in sweeps]
+    diagnosed = next(((cap, source) for cap, source in found if source == "diagnosis"), None)
+    stated = [cap for cap, source in found if source == "server" and cap]
+    cap, source = diagnosed or ((max(stated), "server") if stated else (None, "none"))
+    return [cap for cap, _ in found], cap, source
+
+
+def _fit(sweeps: Sequence[Sweep], rows: list[_Row]) -> tuple[StepFit, list[str]]:
+    """The fit, and the levels left out because the load generator stalled there."""
     stalled = [f"{s.name} {lv.label}" if len(sweeps) > 1 else lv.label
                for s in sweeps for lv in s.result.levels if _stalled(lv)]
     try:
-        coef, errors, fixed = fit_step(rows)
+        return fit_step(rows), stalled
     except ResultsError as exc:
         if not stalled:
             raise
         raise ResultsError(f"calibration refused: the load generator stalled (event-loop lag p99 >= {STALL_MS:.0f} "
                            f"ms) at {', '.join(stalled)}, so those levels time the client, not the server; run it "
                            f"on cores the server does not use (what is left cannot be fitted: {exc})") from None
-    results = [sweep.result for sweep in sweeps]
-    cap, cap_source = _cap(results)
-    kv_tokens, kv_source = _kv(sweeps)
-    policy, policy_source = _policy(results)
+
+
+def _fit_notes(fit: StepFit, rows: list[_Row], caps: list[int | None], cap: int) -> list[str]:
+    """What the fit itself says: the levels it down-weighted and, at several caps, which one the twin runs."""
+    notes = []
+    several = len({r.run for r in rows}) > 1
+    residuals = relative_residuals(rows, fit.coef)
+    low = [f"{f'{r.run} ' if several else ''}{r.label} ({r.metric.upper()}, residual {res:+.0%}, weight {w:.2f})"
+           for r, res, w in zip(rows, residuals, fit.weights, strict=True) if w < DOWN_WEIGHTED]
+    if low:
+        notes.append(f"down-weighted by the robust fit (weight < {DOWN_WEIGHTED:g}: far off the rest, so they pull "
+                     f"it little): {', '.join(low)}")
+    shown = sorted({c for c in caps if c})
+    if len(shown) > 1 and "s" not in fit.fixed:
+        notes.append(f"admission caps {', '.join(map(str, shown))} in the sweeps give the per-slot cost; the twin "
+                     f"runs at {cap} (set --max-num-seqs for another)")
+    return notes
+
+
+def _limit_notes(results: Sequence[ResultFile], cap: int | None, cap_used: int, kv_source: str,
+                 kv_tokens: int) -> list[str]:
     notes = []
     if cap is None:
-        most = max((r.batch for r in rows), default=1.0)
-        cap = max(256, int(2 * most))
-        notes.append(f"no admission cap showed: the twin admits up to {cap} (set --max-num-seqs to what the "
+        notes.append(f"no admission cap showed: the twin admits up to {cap_used} (set --max-num-seqs to what the "
                      "server runs with)")
     if kv_source != "server":
         scraped = any(lv.telemetry.engine or lv.telemetry.running_max is not None for r in results for lv in r.levels)
         why = ("the server's /metrics does not state it" if scraped else "enable /metrics for the server's figure")
         notes.append(f"KV capacity {kv_tokens:,} tokens is a lower bound (the most sequences seen decoding at "
                      f"once, at their full length): {why}")
+    return notes
+
+
+def calibrate(sweeps: Sequence[Sweep]) -> CalibratedModel:
+    """The twin fitted to one or more sweeps of one deployment (``ResultsError`` when it cannot be)."""
+    caps, cap, cap_source = _sweep_caps(sweeps)
+    rows = [row for sweep, sweep_cap in zip(sweeps, caps, strict=True) for row in _rows(sweep, sweep_cap)]
+    fit, stalled = _fit(sweeps, rows)
+    coef = fit.coef
+    results = [sweep.result for sweep in sweeps]
+    kv_tokens, kv_source = _kv(sweeps)
+    policy, policy_source = _policy(results)
+    cap_used = cap if cap is not None else max(256, int(2 * max((r.batch for r in rows), default=1.0)))
+    notes = _limit_notes(results, cap, cap_used, kv_source, kv_tokens)
     if stalled:
         notes.append(f"left out: {', '.join(stalled)}, where the load generator stalled (event-loop lag p99 >= "
                      f"{STALL_MS:.0f} ms) and timed itself, not the server")
     notes.append(f"step budget {DEFAULT_BUDGET:,} tokens assumed (a client cannot see it; set "
                  "--max-num-batched-tokens)")
+    notes += _fit_notes(fit, rows, caps, cap_used)
     held_out, cross_validation = _cross_validate(rows)
-    levels = [msgspec.structs.replace(fit, fitted_ms=float(np.dot(coef, r.x)) * 1e3)
-              for fit, r in zip(held_out, rows, strict=True)]
+    levels = [msgspec.structs.replace(level, fitted_ms=float(np.dot(coef, r.x)) * 1e3, weight=round(float(w), 4))
+              for level, r, w in zip(held_out, rows, fit.weights, strict=True)]
     tpot_rows = [r for r in rows if r.metric == "tpot"]
-    engine = EngineModel(t0=float(coef[0]), a=float(coef[1]), b=float(coef[2]), c=float(coef[3]),
-                         max_num_seqs=cap, max_num_batched_tokens=max(DEFAULT_BUDGET, cap), kv_tokens=kv_tokens,
-                         policy=policy)
+    engine = EngineModel(t0=float(coef[0]), a=float(coef[1]), b=float(coef[2]), c=float(coef[3]), s=float(coef[4]),
+                         max_num_seqs=cap_used, max_num_batched_tokens=max(DEFAULT_BUDGET, cap_used),
+                         kv_tokens=kv_tokens, policy=policy)
     lengths = [s.lengths_of(lv) for s in sweeps for lv in s.result.levels if _usable(lv)]
     prompts, outputs = [p for p, _ in lengths], [o for _, o in lengths]
     return CalibratedModel(
-        engine=engine, parameters=_parameters(coef, errors, fixed), levels=levels, sources=[s.name for s in sweeps],
+        engine=engine, parameters=_parameters(fit), levels=levels, sources=[s.name for s in sweeps],
         cap_source=cap_source, kv_source=kv_source, policy_source=policy_source,
         input_len=float(np.mean(prompts)) if prompts else 0.0, output_len=float(np.mean(outputs)) if outputs else 0.0,
         notes=[*notes, f"{len(tpot_rows)} level(s) fitted"], cross_validation=cross_validation)

@@ -51,6 +51,9 @@ class TwinEngineFlags(EngineSettings, frozen=True, kw_only=True):
                                                rich_help_panel=ENGINE)] = None
     c_us: Annotated[float | None, typer.Option("--c-us", help="Step time: per KV token read (us).",
                                                rich_help_panel=ENGINE)] = None
+    slot_us: Annotated[float | None, typer.Option("--slot-us", help="Step time: per allocated slot of the "
+                                                  "admission cap, used or not (us; llama.cpp's --parallel).",
+                                                  rich_help_panel=ENGINE)] = None
     replicas: Annotated[int | None, typer.Option("--replicas", help="Data-parallel copies of the engine behind a "
                                                  "load balancer (default 1).", rich_help_panel=ENGINE)] = None
     balancer: Balancer = None
@@ -68,6 +71,7 @@ class TwinEngineFlags(EngineSettings, frozen=True, kw_only=True):
             max_num_seqs=self.max_num_seqs, kv_tokens=self.kv_tokens,
             max_num_batched_tokens=self.max_num_batched_tokens,
             max_model_len=self.max_model_len, t0_ms=self.t0_ms, a_ms=self.a_ms, b_ms=self.b_ms, c_us=self.c_us,
+            slot_us=self.slot_us,
             replicas=self.replicas, balancer=parse_balancer(self.balancer) if self.balancer is not None else None,
             front_end_ms=self.front_end_ms)
         if self.no_prefix_cache:

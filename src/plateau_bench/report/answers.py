@@ -11,11 +11,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from plateau_bench.answers import CalibratedModel, CapacityPlan, Prediction, ReplicaTrial, TuneResult
+from plateau_bench.answers import TERMS, CalibratedModel, CapacityPlan, Prediction, ReplicaTrial, TuneResult
 from plateau_bench.spec import WorkloadSpec
 
 _UNITS = {"t0": ("ms per step", 1e3), "a": ("ms per decoding sequence", 1e3), "b": ("us per prompt token", 1e6),
-          "c": ("ns per KV token read", 1e9)}
+          "c": ("ns per KV token read", 1e9), "s": ("ms per slot, per step", 1e3)}
 
 
 def _table(title: str, columns: tuple[str, ...] | list[str], left: tuple[str, ...] = ()) -> Table:
@@ -32,20 +32,22 @@ def _notes(notes: list[str]) -> list[Text]:
 def model_view(model: CalibratedModel) -> Group:
     """The fitted step-time coefficients, the scheduler's limits and the fit level by level."""
     e = model.engine
-    steps = _table("Step time t = t0 + a*decode_seqs + b*prefill_tokens + c*kv_tokens_read",
-                   ("coefficient", "value", "± std. error", "unit", "note"), left=("coefficient", "unit", "note"))
+    steps = _table("Step time t = t0 + a*decode_seqs + b*prefill_tokens + c*kv_tokens_read + s*slots (slots: the "
+                   "admission cap)", ("coefficient", "term", "value", "± std. error", "unit", "obtained", "note"),
+                   left=("coefficient", "term", "unit", "obtained", "note"))
     for p in model.parameters:
-        unit, scale = _UNITS[p.name]
+        unit, scale = _UNITS.get(p.name, (p.unit, 1.0))
         err = f"{p.stderr * scale:.3g}" if p.stderr is not None else "-"
-        steps.add_row(p.name, f"{p.value * scale:.4g}", err, unit, p.note)
+        steps.add_row(p.name, p.term or TERMS.get(p.name, ("",))[0], f"{p.value * scale:.4g}", err, unit,
+                      "fitted" if p.identified else "fixed", p.note)
     fits = _table("Fit per level (relative residual: fitted / measured - 1; held out: predicted by the fit "
                   "without that level)",
-                  ("run", "level", "batch", "metric", "measured ms", "fitted ms", "residual", "held out"),
-                  left=("run", "level", "metric"))
+                  ("run", "level", "cap", "batch", "metric", "measured ms", "fitted ms", "residual", "weight",
+                   "held out"), left=("run", "level", "metric"))
     for lv in model.levels:
         held = "-" if lv.held_out_error is None else f"{lv.held_out_error:+.1%}"
-        fits.add_row(lv.run, lv.label, f"{lv.batch:,.1f}", lv.metric.upper(), f"{lv.measured_ms:,.2f}",
-                     f"{lv.fitted_ms:,.2f}", f"{lv.residual:+.1%}", held)
+        fits.add_row(lv.run, lv.label, f"{lv.slots:,}" if lv.slots else "-", f"{lv.batch:,.1f}", lv.metric.upper(),
+                     f"{lv.measured_ms:,.2f}", f"{lv.fitted_ms:,.2f}", f"{lv.residual:+.1%}", f"{lv.weight:.2f}", held)
     limits = Text(f"cap {e.max_num_seqs:,} running requests ({model.cap_source}); KV cache {e.kv_tokens:,} tokens "
                   f"({model.kv_source}); policy {e.policy} ({model.policy_source})")
     return Group(Text(f"Calibrated from {', '.join(model.sources)}"), steps, limits, fits,

@@ -54,7 +54,7 @@ def expected_requests(config: EngineConfig, level: LevelSpec, workload: Workload
 
 
 def _served_per_s(config: EngineConfig, workers: int, workload: WorkloadSpec) -> float:
-    step = config.step
+    step = config.step_at_cap
     running = min(workers, config.max_num_seqs or workers)
     per_step = max(step.t0 + step.a * running, _SHORTEST_STEP_S)
     decode = running / (per_step * max(workload.output_len, 1))

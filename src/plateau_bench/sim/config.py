@@ -11,6 +11,8 @@
 * ``policy``: ``"mixed"`` is vLLM v1 (decodes and chunked prefill share a step); ``"prefill_first"``
   is SGLang's default (a step is either a prefill batch, run whenever waiting requests can be
   admitted, or a decode batch).
+* ``step``: the step-time model (``sim.step_model``); its per-slot cost ``s`` is paid for every slot of
+  ``max_num_seqs`` (``step_at_cap``), as llama.cpp pays for every ``--parallel`` slot.
 * ``front_end_ms_per_request``: CPU time the API server process (HTTP, tokenizer, detokenizer) spends
   on each request before it reaches the engine's queue, served one request at a time in arrival order
   (one process, one core). 0, the default, is no front end: requests reach the queue when sent.
@@ -46,6 +48,11 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     front_end_ms_per_request: float = 0.0   # the API server's CPU per request, one at a time (0: none)
 
     @property
+    def step_at_cap(self) -> StepModel:
+        """The step model at this engine's cap: the per-slot cost paid for all ``max_num_seqs`` slots."""
+        return self.step.at_cap(self.max_num_seqs)
+
+    @property
     def num_gpu_blocks(self) -> int:
         return self.kv_tokens // self.block_size
 
@@ -74,7 +81,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigError(f"--front-end-ms must be finite and >= 0 (got {self.front_end_ms_per_request})")
         if self.max_model_len < 2:
             raise ConfigError(f"--max-model-len must be >= 2 (got {self.max_model_len})")
-        terms = (self.step.t0, self.step.a, self.step.b, self.step.c, self.step.expert_s)
+        terms = (self.step.t0, self.step.a, self.step.b, self.step.c, self.step.expert_s, self.step.s)
         if not all(math.isfinite(t) for t in terms) or self.step.t0 <= 0 or min(terms[1:]) < 0:
             raise ConfigError("step-time coefficients must be finite and >= 0, with t0 > 0")
         if self.step.experts < 0 or not 0 <= self.step.expert_miss <= 1 or self.step.expert_tokens <= 0:
@@ -91,6 +98,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
         a_ms: float | None = None,
         b_ms: float | None = None,
         c_us: float | None = None,
+        slot_us: float | None = None,
         replicas: int | None = None,
         balancer: str | None = None,
         front_end_ms: float | None = None,
@@ -126,6 +134,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
             step_changes["b"] = b_ms / 1e3
         if c_us is not None:
             step_changes["c"] = c_us / 1e6
+        if slot_us is not None:
+            step_changes["s"] = slot_us / 1e6
         if step_changes:
             changes["step"] = msgspec.structs.replace(self.step, **step_changes)
         out = msgspec.structs.replace(self, **changes) if changes else self

@@ -41,7 +41,7 @@ class EngineCore:
         self._cap = config.max_num_seqs
         self._budget = config.max_num_batched_tokens
         self._mixed = config.policy == "mixed"
-        self._model = model = config.step
+        self._model = model = config.step_at_cap      # the per-slot cost paid for every slot of the cap
         # The step-time coefficients, read once per step on the hot path (same formula as step_time).
         self._t0, self._a, self._b, self._c = model.t0, model.a, model.b, model.c
         self._experts = model.experts

@@ -1,10 +1,15 @@
-"""How long one engine step takes: ``t = t0 + a*decode_seqs + b*prefill_tokens + c*kv_tokens_read``.
+"""How long one engine step takes: ``t = t0 + a*decode_seqs + b*prefill_tokens + c*kv_tokens_read + s*slots``.
 
 The four coefficients are the calibrated form of the roofline shape used by published serving
 simulators (Vidur, LLMServingSim): a fixed per-step cost ``t0`` (weights streamed once per step,
 kernel launches, collective latency), a per-sequence decode cost ``a`` (per-token GEMM work,
 all-reduce volume, sampling), a per-prompt-token prefill cost ``b`` and an attention cost ``c``
 per KV-cache token read. A step's KV read is the context every scheduled sequence attends to.
+The last term is a cost ``s`` per slot the server allocates, whether a sequence runs in it or not:
+llama.cpp sizes its batch and KV cells by ``--parallel``, so its step grows with the admission cap
+even when fewer sequences run. The cap is the engine's (``EngineConfig.max_num_seqs``), fixed for a
+run, so the engine folds ``s*slots`` into the fixed cost once (``at_cap``); 0, the default, is no
+such cost.
 
 Besides the single step, the model gives the closed form for ``k`` consecutive pure-decode steps
 with a fixed batch of ``D`` sequences, whose KV read grows by ``D`` tokens per step:
@@ -28,12 +33,20 @@ class StepModel(msgspec.Struct, frozen=True, kw_only=True):
     a: float = 0.0
     b: float = 0.0
     c: float = 0.0
+    s: float = 0.0              # per allocated slot of the admission cap (llama.cpp's --parallel), per step
     # An optional concave term for MoE weights (a twin derived from the roofline): a step of n tokens
     # reads the routed experts they hit, experts * (1 - miss^(n * expert_tokens)) of them, expert_s each.
     experts: int = 0            # routed experts per MoE layer; 0: no such term
     expert_miss: float = 1.0    # 1 - top_k / experts: the chance a token misses a given expert
     expert_tokens: float = 1.0  # tokens through one copy of the experts per engine token
     expert_s: float = 0.0       # seconds to read one routed expert in every MoE layer
+
+    def at_cap(self, slots: int) -> StepModel:
+        """The model an engine with ``slots`` allocated slots runs: ``s*slots`` in the fixed cost (itself
+        when ``s`` is 0). The step times below leave ``s`` out: they are those of a model at its cap."""
+        if not self.s:
+            return self
+        return msgspec.structs.replace(self, t0=self.t0 + self.s * slots, s=0.0)
 
     def expert_time(self, tokens: int) -> float:
         if not self.experts or tokens <= 0:
@@ -74,6 +87,8 @@ class StepModel(msgspec.Struct, frozen=True, kw_only=True):
     def describe(self) -> str:
         text = (f"t = {self.t0 * 1e3:.3g} ms + {self.a * 1e6:.3g} us/seq + {self.b * 1e6:.3g} us/prefill token"
                 f" + {self.c * 1e9:.3g} ns/KV token read")
+        if self.s:
+            text += f" + {self.s * 1e6:.3g} us per allocated slot"
         if self.experts:
             text += f" + {self.expert_s * 1e6:.3g} us per routed expert hit (of {self.experts})"
         return text

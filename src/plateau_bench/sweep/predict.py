@@ -39,7 +39,7 @@ def engine_config(engine: EngineModel, settings: Settings = Settings()) -> Engin
     """The twin's engine for a calibrated model, with the asked settings (validated)."""
     policy: Policy = "prefill_first" if engine.policy == "prefill_first" else "mixed"
     base = EngineConfig(name="calibrated", model_name="calibrated",
-                        step=StepModel(t0=engine.t0, a=engine.a, b=engine.b, c=engine.c),
+                        step=StepModel(t0=engine.t0, a=engine.a, b=engine.b, c=engine.c, s=engine.s),
                         max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
                         kv_tokens=engine.kv_tokens, block_size=engine.block_size, max_model_len=engine.max_model_len,
                         policy=policy)
@@ -111,7 +111,8 @@ async def predict(model: CalibratedModel, workload: WorkloadSpec, settings: Sett
                       levels=predicted, plateau=plateau, knee=knee, plateau_low=low, plateau_high=high,
                       slo_max_concurrency=best.concurrency if best else None,
                       slo_throughput=best.output_throughput if best else None, band_note=note,
-                      notes=[*_notes(model, settings), *_extrapolation(model, levels, workload)],
+                      notes=[*_notes(model, settings), *_extrapolation(model, levels, workload),
+                             *_cap_reach(model, config.max_num_seqs)],
                       held_out_low=held_out[0], held_out_high=held_out[1])
 
 
@@ -144,6 +145,20 @@ def _extrapolation(model: CalibratedModel, levels: Sequence[LevelResult], worklo
                    f"{max(contexts):,.0f} calibrated; the KV read cost (c) carries it"
                    + ("" if model.parameter("c").identified else ", and c was not identified (folded into a)"))
     return out
+
+
+def _cap_reach(model: CalibratedModel, cap: int) -> list[str]:
+    """How far the cap predicted at lies from the calibrated ones, and what carries the step there."""
+    caps = sorted({lv.slots for lv in model.levels if lv.slots})
+    if not caps or caps[0] / EXTRAPOLATION <= cap <= EXTRAPOLATION * caps[-1]:
+        return []
+    slot = next((p for p in model.parameters if p.name == "s"), None)
+    span = f"{caps[0]}" if len(caps) == 1 else f"{caps[0]}-{caps[-1]}"
+    carried = (f"the per-slot cost s ({slot.value * 1e3:,.3g} ms per slot, per step) carries it"
+               if slot is not None and slot.identified else
+               "s, a cost per allocated slot, was not identified (calibrate at two caps): a server that pays per "
+               "slot (llama.cpp's --parallel) runs slower there than predicted")
+    return [f"extrapolates: a cap of {cap:,} against {span} calibrated; {carried}"]
 
 
 def _notes(model: CalibratedModel, settings: Settings) -> list[str]:

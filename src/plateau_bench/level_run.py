@@ -17,7 +17,7 @@ from typing import Protocol
 import msgspec
 
 from plateau_bench.records import HealthSample, RequestRecord, TelemetrySample
-from plateau_bench.result import KernelTcp, PromptUse, WorkerClock
+from plateau_bench.result import KernelTcp, PromptUse, WarmLevelInfo, WorkerClock
 from plateau_bench.spec import LevelSpec
 
 
@@ -48,6 +48,32 @@ class LevelRun(msgspec.Struct, kw_only=True):
     lost_workers: int = 0                 # load processes that died during the level
     worker_clocks: list[WorkerClock] = msgspec.field(default_factory=list)   # workers on other clocks (Ray)
     prompts: PromptUse | None = None      # what its prompts were and what of them repeated (``workload.feed``)
+    # A warm level (``analysis.warm_level``): its window, chosen while it ran; what the requests still
+    # streaming at its close had streamed (their tokens count in the window); where the level began.
+    window_ns: tuple[int, int] | None = None
+    window_note: str = ""
+    in_flight: list[RequestRecord] = msgspec.field(default_factory=list)
+    level_start_ns: int = 0
+    warm: WarmLevelInfo | None = None
+
+
+class WarmEnd(msgspec.Struct, kw_only=True):
+    """How a sweep's live closed loop ended: the records of its last requests (drained; they belong to the
+    last warm level), how many were cancelled instead (``--no-drain``), and the seconds it took."""
+
+    records: list[RequestRecord]
+    cancelled: int = 0
+    seconds: float = 0.0
+
+
+class WarmCheck(msgspec.Struct, frozen=True, kw_only=True):
+    """What a warm level's stop rule says at a check (``analysis.warm``)."""
+
+    window_ns: tuple[int, int] | None   # None: no window yet (the concurrency not reached, or too little data)
+    tok_s: float | None
+    ci_rel: float | None
+    done: bool
+    waves: bool = False                 # first tokens come in waves: the batches hold whole waves
 
 
 class StopRequested(Exception):
@@ -63,6 +89,13 @@ class StopRule(Protocol):
 
     @property
     def max_s(self) -> float: ...
+
+    def warm_check(self, streams: Sequence[RequestRecord], *, level_start_ns: int, settled_ns: int | None,
+                   now_ns: int, workers: int, min_window_s: float) -> WarmCheck:
+        """Whether a warm level may end now, and over which window (``analysis.warm``): ``streams`` are the
+        successful requests finished in the level and what those in flight streamed until ``now_ns``; the
+        window holds at least ``min_window_s`` (and the rule's own minimum)."""
+        ...
 
     def ci_rel(self, records: Sequence[RequestRecord], *, workers: int,
                complete_until_ns: int) -> float | None: ...

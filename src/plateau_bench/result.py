@@ -27,8 +27,11 @@ from plateau_bench.result_parts import RepeatFigures as RepeatFigures
 from plateau_bench.result_parts import RepeatStats as RepeatStats
 from plateau_bench.result_parts import RooflineLevel as RooflineLevel
 from plateau_bench.result_parts import RooflinePlacement as RooflinePlacement
+from plateau_bench.result_parts import SearchSettings as SearchSettings
 from plateau_bench.result_parts import ServerPhase as ServerPhase
 from plateau_bench.result_parts import ServerTimeSplit as ServerTimeSplit
+from plateau_bench.result_parts import SweepSettings as SweepSettings
+from plateau_bench.result_parts import WarmLevelInfo as WarmLevelInfo
 from plateau_bench.spec import LevelSpec, WorkloadSpec
 
 SCHEMA_VERSION = 2
@@ -266,6 +269,8 @@ class LevelResult(msgspec.Struct, kw_only=True):
     # --repeat N: every repeat's figures (the first is this level's own) and the intervals over them
     repeats: list[RepeatFigures] = msgspec.field(default_factory=list)
     repeat_stats: RepeatStats | None = None
+    warm: WarmLevelInfo | None = None        # measured warm (the server kept loaded from the level before)
+    verdict_then: str | None = None          # the verdict's headline as it stood once this level was in
 
 
 class Plateau(msgspec.Struct, frozen=True):
@@ -332,38 +337,6 @@ class RateSummary(msgspec.Struct, frozen=True, kw_only=True):
     rates: list[float] = msgspec.field(default_factory=list)
     departure_rate: float | None = None
     low_load_e2e_p50_ms: float | None = None
-
-
-class SearchSettings(msgspec.Struct, frozen=True, kw_only=True):
-    start: int = 1
-    max_concurrency: int = 4096
-    plateau_gain: float = 0.05
-    knee_fraction: float = 0.95
-    refine_steps: int = 3
-
-
-class SweepSettings(msgspec.Struct, frozen=True, kw_only=True):
-    """The sweep as asked for (closed loop: a grid or the adaptive search; open loop: rates)."""
-
-    mode: str = "steady"                      # steady | burst | rate
-    concurrencies: list[int] | None = None    # a fixed grid; None = adaptive search
-    rates: list[float] | None = None          # open loop: given rates; None with mode rate = auto
-    throughput_concurrency: int | None = None
-    rate_steps: int | None = None
-    burstiness: float | None = None
-    search: SearchSettings = msgspec.field(default_factory=SearchSettings)
-    precision: float = 0.02
-    min_level_s: float = 5.0
-    max_level_s: float = 60.0
-    warmup: int = 0
-    drain: bool = True                        # False (--no-drain): in flight at a precise stop cancelled
-    slo: list[str] = msgspec.field(default_factory=list)
-    budget_s: float | None = None
-    max_error_rate: float = 0.2
-    find: str | None = None                   # max-concurrency | max-rate: the SLO boundary search
-    resolution: float | None = None
-    trace: bool = False                       # a trace replayed at time scales (--trace) ...
-    time_scales: list[float] | None = None    # ... these, or None: 1, 2, 4, ... until it stops keeping up
 
 
 class TargetPublic(msgspec.Struct, frozen=True, kw_only=True):
@@ -481,6 +454,8 @@ class ResultFile(msgspec.Struct, kw_only=True):
     knee: Knee | None = None
     stop_reason: str | None = None
     benchmark_seconds: float | None = None
+    # benchmark-seconds until the verdict (constraint and plateau level) first stood as it ended
+    time_to_verdict_s: float | None = None
     slo: SloSummary | None = None
     slo_boundary: SloBoundary | None = None
     rate_sweep: RateSummary | None = None

@@ -163,3 +163,48 @@ class ServerTimeSplit(msgspec.Struct, frozen=True, kw_only=True):
     step_tokens: ServerPhase | None = None
     client_ttft_mean_ms: float | None = None
     outside_engine_ms: float | None = None
+
+
+class WarmLevelInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """How a warm level began (``analysis.warm``): the server was not emptied before it."""
+
+    from_concurrency: int          # the workers streaming when it started
+    settled_s: float               # from its start until the new concurrency was in flight
+    dropped_s: float               # then until the token rate had settled (MSER-5): not in the window
+    carried_in: int = 0            # requests sent in an earlier level that ended in this one (in its records)
+    carried_out: int = 0           # in flight when its window closed: their tokens until then are in it
+    waves: bool = False            # first tokens came in waves: the batches held whole waves
+
+
+class SearchSettings(msgspec.Struct, frozen=True, kw_only=True):
+    start: int = 1
+    max_concurrency: int = 4096
+    plateau_gain: float = 0.05
+    knee_fraction: float = 0.95
+    refine_steps: int = 3
+    goal: str = "verdict"          # verdict | knee | curve: when the adaptive search may stop (``analysis.plateau``)
+
+
+class SweepSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The sweep as asked for (closed loop: a grid or the adaptive search; open loop: rates)."""
+
+    mode: str = "steady"                      # steady | burst | rate
+    concurrencies: list[int] | None = None    # a fixed grid; None = adaptive search
+    rates: list[float] | None = None          # open loop: given rates; None with mode rate = auto
+    throughput_concurrency: int | None = None
+    rate_steps: int | None = None
+    burstiness: float | None = None
+    search: SearchSettings = msgspec.field(default_factory=SearchSettings)
+    precision: float = 0.02
+    min_level_s: float = 5.0
+    max_level_s: float = 60.0
+    warmup: int = 0
+    drain: bool = True                        # False (--no-drain): in flight at a precise stop cancelled
+    warm: bool = False                        # steady levels measured warm (the default since; --cold-levels: not)
+    slo: list[str] = msgspec.field(default_factory=list)
+    budget_s: float | None = None
+    max_error_rate: float = 0.2
+    find: str | None = None                   # max-concurrency | max-rate: the SLO boundary search
+    resolution: float | None = None
+    trace: bool = False                       # a trace replayed at time scales (--trace) ...
+    time_scales: list[float] | None = None    # ... these, or None: 1, 2, 4, ... until it stops keeping up

@@ -244,6 +244,7 @@ class LevelSpec(msgspec.Struct, frozen=True, kw_only=True):
     warmup: int = 0
     time_scale: float | None = None   # a trace replayed this many times faster (a rate level)
     max_wall_s: float | None = None   # --max-level-time: the level ends this long after its start, drain included
+    warm: bool = False                # steady: keep the server loaded from the level before (``analysis.warm``)
 
     @property
     def label(self) -> str:

@@ -130,8 +130,11 @@ def test_a_capped_doubling_confirms_the_plateau_without_a_second_one() -> None:
     past = _level_point(512, 3985.0, 251.0, 510.0, 256.0, 250.0, 0.2)
     pts = [*below, at_cap, past]
     assert is_capped(at_cap, past)
-    d = next_concurrency(pts, SearchConfig())
+    d = next_concurrency(pts, SearchConfig(goal="knee"))
     assert d.phase == "refine"        # no C=1024: the server showed it admits no more
+    # --goal verdict (the default): the confirmed plateau ends the search, the knee bracketed by the doublings
+    d = next_concurrency(pts, SearchConfig())
+    assert d.concurrency is None and "plateau confirmed" in d.reason
     plateau = find_plateau(pts)
     assert plateau is not None and plateau.reached and plateau.concurrency == 256
     # Without the server's gauges, or with a full KV cache, or with the batch still growing, it measures

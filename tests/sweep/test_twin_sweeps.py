@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from plateau_bench.analysis.diagnosis import diagnose
-from plateau_bench.result import LevelResult, ResultFile
+from plateau_bench.result import LevelResult, ResultFile, SearchSettings
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.sim.runner import VirtualLevelRunner
@@ -21,8 +21,9 @@ from plateau_bench.sweep.plan import ConcurrencyPlan, RatePlan, SweepLimits
 
 
 def sweep(config: EngineConfig, input_len: int, output_len: int, plan: ConcurrencyPlan | None = None,
-          previous: list[LevelResult] | None = None) -> tuple[SweepState, ResultFile]:
-    plan = plan or ConcurrencyPlan()
+          previous: list[LevelResult] | None = None, goal: str = "verdict",
+          warm: bool = True) -> tuple[SweepState, ResultFile]:
+    plan = plan or ConcurrencyPlan(search=SearchSettings(goal=goal), limits=SweepLimits(warm=warm))
     runner = VirtualLevelRunner(config, WorkloadSpec(input_len=input_len, output_len=output_len), steady_s=30)
     return asyncio.run(run_plan(runner, plan, previous=previous or []))
 
@@ -30,13 +31,18 @@ def sweep(config: EngineConfig, input_len: int, output_len: int, plan: Concurren
 @pytest.mark.parametrize("cap", [8, 24, 64])
 def test_knee_lands_at_the_cap(cap: int) -> None:
     config = msgspec.structs.replace(get_preset("tiny"), max_num_seqs=cap)
-    state, summary = sweep(config, 64, 64)
+    state, summary = sweep(config, 64, 64, goal="knee")
     plateau, knee = summary.plateau, summary.knee
     assert plateau is not None and knee is not None
     assert plateau.reached
     # With step time growing mildly with the batch, 95 % of the plateau is reached a little below the cap.
     assert 0.6 * cap <= knee.concurrency <= cap
     assert knee.bracket[0] <= cap
+    # --goal verdict (the default) stops at the confirmed plateau: its doubling bracket holds the knee's.
+    _, quick = sweep(config, 64, 64)
+    assert quick.knee is not None
+    assert quick.knee.bracket[0] <= knee.bracket[0] and knee.bracket[1] <= quick.knee.bracket[1]
+    assert len(quick.levels) < len(summary.levels)
     verdict = diagnose(state.levels)
     assert verdict.constraint == "admission_cap"
     assert verdict.estimated_cap == cap
@@ -106,13 +112,20 @@ def test_slo_violation_stops_and_reports_the_last_level_meeting_it() -> None:
 
 
 @pytest.mark.slow   # a second or more: kept out of the inner loop
-def test_resume_after_an_interruption_gives_the_same_result() -> None:
-    full_state, full = sweep(get_preset("tiny"), 64, 64)
+@pytest.mark.parametrize("warm", [False, True])
+def test_resume_after_an_interruption_gives_the_same_result(warm: bool) -> None:
+    full_state, full = sweep(get_preset("tiny"), 64, 64, warm=warm)
     cut = full_state.levels[:4]
-    resumed_state, resumed = sweep(get_preset("tiny"), 64, 64, previous=cut)
+    resumed_state, resumed = sweep(get_preset("tiny"), 64, 64, previous=cut, warm=warm)
     assert [lv.concurrency for lv in resumed_state.levels] == [lv.concurrency for lv in full_state.levels]
-    assert resumed.plateau == full.plateau
-    assert resumed.knee == full.knee
+    assert full.plateau is not None and resumed.plateau is not None
+    if warm:   # the resumed levels start from a fresh load: the same answer, within the levels' precision
+        assert resumed.plateau.concurrency == full.plateau.concurrency
+        assert resumed.plateau.throughput == pytest.approx(full.plateau.throughput, rel=0.02)
+        assert resumed.knee is not None and full.knee is not None and resumed.knee.bracket == full.knee.bracket
+    else:
+        assert resumed.plateau == full.plateau
+        assert resumed.knee == full.knee
 
 
 @pytest.mark.slow   # a second or more: kept out of the inner loop

@@ -47,6 +47,7 @@ from plateau_bench.analysis.metrics import (
     steady_batches,
 )
 from plateau_bench.analysis.stats import FloatArray, batch_means_ci_rel
+from plateau_bench.level_run import WarmCheck
 from plateau_bench.records import RequestRecord
 from plateau_bench.units import NS
 
@@ -126,6 +127,7 @@ class PrecisionRule:
     batches: int = 10
     min_turnover: float = 2.0
     clear_above: float | None = None   # output tok/s the level must clearly beat for the search to grow
+    clear_below: float | None = None   # warm levels: below this, certainly flat (``analysis.warm``)
     drain: bool = True                 # --no-drain: cancel the requests in flight at a precise stop
 
     def ci_rel(self, records: Sequence[RequestRecord], *, workers: int, complete_until_ns: int) -> float | None:
@@ -174,6 +176,16 @@ class PrecisionRule:
                 return t / NS, self.may_cancel_in_flight(ci, t / NS)
             t += max(check_s * NS, 0.02 * t)
         return None
+
+    def warm_check(self, streams: Sequence[RequestRecord], *, level_start_ns: int, settled_ns: int | None,
+                   now_ns: int, workers: int, min_window_s: float) -> WarmCheck:
+        """A warm level's check (``analysis.warm``) with this rule's precision, limits and bars."""
+        from plateau_bench.analysis.warm import warm_check_records
+
+        return warm_check_records(streams, level_start_ns=level_start_ns, settled_ns=settled_ns, now_ns=now_ns,
+                                  workers=workers, precision=self.precision, min_s=max(self.min_s, min_window_s),
+                                  max_s=self.max_s, clear_above=self.clear_above, clear_below=self.clear_below,
+                                  batches=self.batches)
 
     def may_cancel_in_flight(self, ci_rel: float | None, elapsed_s: float) -> bool:
         """Whether the requests in flight when a closed-loop level stops now may be cancelled, not waited

@@ -19,6 +19,7 @@ from plateau_bench.analysis.health import summarize_health, with_requests
 from plateau_bench.analysis.metrics import Window, compute_level, full_window, steady_window
 from plateau_bench.analysis.time_split import server_time_split
 from plateau_bench.analysis.turns import turn_metrics
+from plateau_bench.analysis.warm_level import compute_warm_level
 from plateau_bench.level_run import LevelRun
 from plateau_bench.result import GpuMetrics, LevelResult, ServerTelemetry, SimLevelInfo
 from plateau_bench.telemetry.summary import summarize as summarize_telemetry
@@ -108,9 +109,14 @@ def _notes(run: LevelRun, result: LevelResult) -> list[str]:
 def build_level(run: LevelRun) -> LevelResult:
     """Every figure of one level from its raw run (pure)."""
     level = run.level
-    window = steady_window(run.records) if level.mode == "steady" else full_window(run.records)
-    result = compute_level(run.records, label=run.label, mode=level.mode, concurrency=level.concurrency,
-                           rate=level.rate, window=window)
+    if run.window_ns is not None:
+        window = Window(run.window_ns[0], run.window_ns[1], run.window_note)
+        result = compute_warm_level(run.records, run.in_flight, label=run.label, concurrency=level.concurrency,
+                                    window=window, level_start_ns=run.level_start_ns)
+    else:
+        window = steady_window(run.records) if level.mode == "steady" else full_window(run.records)
+        result = compute_level(run.records, label=run.label, mode=level.mode, concurrency=level.concurrency,
+                               rate=level.rate, window=window)
     sim = (SimLevelInfo(preemptions=run.sim_preemptions or 0, virtual_end_s=run.sim_virtual_end_s or 0.0)
            if run.sim_preemptions is not None else None)
     result = msgspec.structs.replace(
@@ -132,6 +138,7 @@ def build_level(run: LevelRun) -> LevelResult:
         turns=turn_metrics(run.records),
         prompts=run.prompts,
         kernel_tcp=run.kernel_tcp,
+        warm=run.warm,
     )
     result.notes = _notes(run, result)
     if run.target_gone or run.lost_workers:

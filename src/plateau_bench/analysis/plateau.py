@@ -195,8 +195,14 @@ def find_knee(points: Sequence[Point], plateau: Plateau, fraction: float = 0.95)
     return Knee(float(last.concurrency), target, (last.concurrency, last.concurrency), False)
 
 
+GOALS = ("verdict", "knee", "curve")
+CURVE_BRACKET = 1.1   # --goal curve: the knee bracketed to within 10 %
+
+
 def next_concurrency(points: Sequence[Point], cfg: SearchConfig) -> Decision:
-    """The adaptive search: double until flat twice, then bisect the knee's bracket."""
+    """The adaptive search: double until flat twice, then (``--goal knee``) bisect the knee's bracket
+    ``refine_steps`` times, or (``--goal curve``) until it is within 10 %; ``--goal verdict`` stops at the
+    confirmed plateau, the knee bracketed by the last two doublings."""
     pts = _sorted_ok(points)
     if any(p.failed for p in points) and points and points[-1].failed:
         return Decision(None, "done", f"level C={points[-1].concurrency} failed")
@@ -218,11 +224,17 @@ def next_concurrency(points: Sequence[Point], cfg: SearchConfig) -> Decision:
     plateau = find_plateau(pts, cfg.plateau_gain)
     if plateau is None:  # refinement levels never break a confirmed doubling plateau; be safe
         return Decision(None, "done", "plateau lost after refinement")
+    if cfg.goal == "verdict":
+        return Decision(None, "done", "plateau confirmed: the verdict and the plateau stand (--goal knee refines the "
+                                      "knee between the last two doublings)")
     refined = [p for p in pts if p.concurrency not in {q.concurrency for q in chain}]
-    if len(refined) >= cfg.refine_steps:
-        return Decision(None, "done", "plateau found and knee refined")
     knee = find_knee(pts, plateau, cfg.knee_fraction)
     lo, hi = knee.bracket
+    if cfg.goal == "curve":
+        if len(refined) >= 2 * cfg.refine_steps or hi <= lo * CURVE_BRACKET:
+            return Decision(None, "done", "plateau found and the knee bracketed within 10 %")
+    elif len(refined) >= cfg.refine_steps:
+        return Decision(None, "done", "plateau found and knee refined")
     if hi - lo <= 1 or hi <= lo:
         if lo == hi and lo > 1 and lo == pts[0].concurrency:
             return Decision(None, "done", "knee at the lowest measured level")

@@ -29,7 +29,7 @@ class Committer(PrefixCaching):
         n = plan.n_decode
         if n:
             k = plan.k
-            if self.chunks or self.trace is not None:
+            if self.step_times or self.trace is not None:
                 self._record_steps(plan)
             self._g += k
             self.generation_tokens_total += k * n
@@ -174,7 +174,7 @@ class Committer(PrefixCaching):
                 dt = model.step_time(n, 0, kv0 + j * n)
                 if j:
                     used += self._phase[-(self._g + j) % self._bs]
-            if self.chunks and n:
+            if self.step_times and n:
                 self._decode_times.append(t + dt)
             if self.trace is not None:
                 first = j == 0
@@ -184,6 +184,6 @@ class Committer(PrefixCaching):
                     plan.preempted if first else 0, plan.blocked if first else
                     ("" if not self._waiting else plan.blocked), plan.blocked_need))
             t += dt
-        if plan.k > 1 and self.chunks and n:
+        if plan.k > 1 and self.step_times and n:
             # Keep the last step's end identical to the committed clock despite float rounding.
             self._decode_times[-1] = plan.t_start + plan.dt

@@ -34,6 +34,7 @@ class EngineCore:
         self.on_finish = on_finish
         self.probe = probe
         self.chunks = chunks
+        self.step_times = chunks    # keep every decode step's end (``_decode_times``): chunks, or a caller's
         self.trace: list[StepRecord] | None = [] if trace else None
         self.now = 0.0
         self._bs = config.block_size

@@ -21,12 +21,14 @@ from collections.abc import Callable
 import msgspec
 import numpy as np
 
-from plateau_bench.level_run import LevelRun, StopRule
+from plateau_bench.level_run import LevelRun, StopRule, WarmEnd
 from plateau_bench.records import RequestRecord, TelemetrySample
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.level import simulate_level
 from plateau_bench.sim.probe import Probe, server_samples
 from plateau_bench.sim.trace_keys import trace_block_keys
+from plateau_bench.sim.warm import WarmDriver
+from plateau_bench.sim.warm_level import run_warm_level
 from plateau_bench.spec import LevelSpec, WorkloadSpec
 from plateau_bench.units import NS
 from plateau_bench.workload.trace import load_trace
@@ -56,9 +58,15 @@ class VirtualLevelRunner:
         # --trace: every level replays it (at its time scale), with its lengths and shared blocks
         self.trace = load_trace(workload.trace, limit=workload.trace_requests) if workload.trace else None
         self._trace_keys = trace_block_keys(self.trace, config.block_size) if self.trace else None
+        # warm steady levels share one live closed loop (``sim.warm``), ended by ``end_warm``
+        self._live: WarmDriver | None = None
+        self._live_probe: Probe | None = None
 
     async def run_level(self, level: LevelSpec, *, label: str, on_record: Callable[[RequestRecord], None] | None,
                         stop_rule: StopRule | None, repeat: int = 1, attempt: int = 1) -> LevelRun:
+        if (level.warm and level.mode == "steady" and stop_rule is not None and level.num_requests is None
+                and self.trace is None):
+            return self._warm_level(level, label, on_record, stop_rule)
         level = self._sized(level, stop_rule)
         probe = Probe(min(self.probe_s, self.scrape_s)) if self.metrics or self.keep_probes else None
         trace = self.trace
@@ -87,6 +95,40 @@ class VirtualLevelRunner:
                         cancelled_at_end=cancelled, sim_preemptions=result.state.preemptions,
                         sim_virtual_end_s=result.state.now,
                         server_samples=samples, engine="vllm" if self.metrics else None)
+
+    def _warm_level(self, level: LevelSpec, label: str, on_record: Callable[[RequestRecord], None] | None,
+                    stop_rule: StopRule) -> LevelRun:
+        if self._live is None:
+            probe = Probe(min(self.probe_s, self.scrape_s)) if self.metrics or self.keep_probes else None
+            self._live = WarmDriver(self.config, self.workload, chunks=self.chunks, probe=probe)
+            self._live_probe = probe
+        run = run_warm_level(self._live, level, stop_rule, label=label, check_s=self.check_s)
+        if on_record:
+            for r in run.records:
+                on_record(r)
+        self.virtual_seconds += run.benchmark_s or 0.0
+        probe = self._live_probe
+        if probe is not None and self.keep_probes:
+            self.probes[label] = probe
+        if probe is not None and self.metrics:
+            start_s, end_s = run.level_start_ns / NS, self._live.engine.now
+            snapshots = [s for s in probe.snapshots if start_s - self.scrape_s <= s.t <= end_s]
+            run.server_samples = server_samples(
+                snapshots, self.config.kv_tokens // self.config.block_size * self.config.block_size,
+                interval_s=self.scrape_s, front_end=self.config.front_end_ms_per_request > 0)
+            run.engine = "vllm"
+        return run
+
+    async def end_warm(self, drain: bool) -> WarmEnd | None:
+        """End the live closed loop, if there is one: drained (its last requests' records) or cancelled."""
+        live, self._live = self._live, None
+        if live is None:
+            return None
+        start = live.engine.now
+        if drain:
+            records = live.drain()
+            return WarmEnd(records=records, cancelled=0, seconds=live.engine.now - start)
+        return WarmEnd(records=live.finished(), cancelled=live.cancel(), seconds=0.0)
 
     def _sized(self, level: LevelSpec, stop_rule: StopRule | None) -> LevelSpec:
         """The level with the duration it is simulated for."""

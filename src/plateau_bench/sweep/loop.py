@@ -37,6 +37,7 @@ from plateau_bench.result import LevelResult, ResultFile, SearchSettings
 from plateau_bench.roofline import Roofline
 from plateau_bench.spec import LevelSpec
 from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchPlan, SweepLimits
+from plateau_bench.sweep.warm_end import WarmLast, end_warm, time_to_verdict, verdict_now
 from plateau_bench.units import NS
 
 
@@ -114,7 +115,7 @@ async def run_sweep(
     attempts = dict(attempts) if attempts is not None else {lv.label: lv.attempt for lv in previous}
     state = SweepState(levels=[lv for lv in previous if not damaged(lv)])
     ctx = _Context(runner, stop_rule, on_level, on_record, observer, state, limits,
-                   plan.adaptive_search())
+                   plan.adaptive_search(), plan)
     while True:
         step = plan.next(state.levels)
         if step.level is None:
@@ -137,6 +138,7 @@ async def run_sweep(
             break
     if limits.repeat > 1 and not state.halted:
         await _repeat_rounds(ctx, dict(repeats_used or {}))
+    await _end_warm(ctx)
     return state
 
 
@@ -178,6 +180,14 @@ class _Context:
     state: SweepState
     limits: SweepLimits
     search: SearchSettings | None = None
+    plan: Plan | None = None
+    warm_last: WarmLast | None = None    # the last level measured warm, until the live load ends
+
+
+async def _end_warm(ctx: _Context) -> None:
+    last, ctx.warm_last = ctx.warm_last, None
+    await end_warm(ctx.runner, ctx.state, last, drain=ctx.limits.drain, on_level=ctx.on_level,
+                   on_record=ctx.on_record)
 
 
 async def _repeat_rounds(ctx: _Context, used: dict[tuple[str, int], int]) -> None:
@@ -225,9 +235,12 @@ def saved_spec(level: LevelResult, limits: SweepLimits) -> LevelSpec:
 
 def _decision_rule(ctx: _Context, spec: LevelSpec, phase: str) -> StopRule | None:
     """A growing level only has to show it beats its doubling partner by more than the plateau gain:
-    the precision rule with that bar (``analysis.convergence``), when a partner was measured."""
+    the precision rule with that bar (``analysis.convergence``), when a partner was measured. A warm
+    level of the doubling chain may also end as soon as it shows it does not (``analysis.warm``)."""
     rule, search = ctx.stop_rule, ctx.search
-    if phase != "grow" or spec.mode != "steady" or search is None or not isinstance(rule, PrecisionRule):
+    warm_decides = spec.warm and phase == "confirm"
+    if (phase != "grow" and not warm_decides) or spec.mode != "steady" or search is None \
+            or not isinstance(rule, PrecisionRule):
         return rule
     c = spec.concurrency or 0
     partners = [lv for lv in ctx.state.levels if lv.concurrency and 2 * lv.concurrency <= c
@@ -235,8 +248,10 @@ def _decision_rule(ctx: _Context, spec: LevelSpec, phase: str) -> StopRule | Non
     if not partners:
         return rule
     partner = max(partners, key=lambda lv: lv.concurrency or 0)
-    bar = partner.output_throughput * (1 + search.plateau_gain + (partner.throughput_ci_rel or 0.0))
-    return dataclasses.replace(rule, clear_above=bar)
+    noise = partner.throughput_ci_rel or 0.0
+    bar = partner.output_throughput * (1 + search.plateau_gain + noise)
+    below = partner.output_throughput * (1 - noise) * (1 + search.plateau_gain) if spec.warm else None
+    return dataclasses.replace(rule, clear_above=bar, clear_below=below)
 
 
 async def _run_one(ctx: _Context, spec: LevelSpec, label: str, attempt: int, repeat: int,
@@ -249,6 +264,8 @@ async def _run_one(ctx: _Context, spec: LevelSpec, label: str, attempt: int, rep
         if on_record is not None:
             on_record(label, attempt, repeat, r)
 
+    if not spec.warm:
+        await _end_warm(ctx)
     started = time.monotonic()
     run = await ctx.runner.run_level(spec, label=label, on_record=record_cb, repeat=repeat, attempt=attempt,
                                      stop_rule=None if spec.mode == "burst" else rule)
@@ -259,6 +276,8 @@ async def _run_one(ctx: _Context, spec: LevelSpec, label: str, attempt: int, rep
                                     level.duration_s, ctx.limits.slos)
     level.attempt = attempt
     ctx.state.spent_s += run.benchmark_s if run.benchmark_s is not None else time.monotonic() - started
+    if run.warm is not None:
+        ctx.warm_last = WarmLast(run, level, repeat)
     return run, level
 
 
@@ -273,6 +292,7 @@ async def _measure(ctx: _Context, spec: LevelSpec, label: str, phase: str, attem
     if ctx.limits.repeat > 1:
         add_repeat(level, repeat_figures(level, 1))
     ctx.state.levels.append(level)
+    level.verdict_then = verdict_now(ctx.plan, ctx.state, getattr(ctx.runner, "engine", None))
     if ctx.observer is not None:
         ctx.observer.level_finished(level)
     if ctx.on_level is not None:
@@ -288,6 +308,7 @@ def conclude(result: ResultFile, state: SweepState, plan: Plan, engine: str | No
     result.benchmark_seconds = state.spent_s
     result.levels = list(state.levels)
     plan.conclude(result, state.levels, state.slo_max, engine, roofline)
+    result.time_to_verdict_s = time_to_verdict(result)
 
 
 __all__ = ["OnLevel", "OnRecord", "SweepObserver", "SweepState", "conclude", "damaged", "run_plan", "run_sweep",

@@ -134,6 +134,7 @@ class SweepLimits:
     repeat: int = 1                # --repeat: rounds over the levels (``sweep.loop``)
     burstiness: float = 1.0        # open loop: the rate levels' gamma shape (repeats re-measure them)
     drain: bool = True             # --no-drain: a precise steady level cancels its requests in flight
+    warm: bool = True              # steady levels keep the server loaded between them (--cold-levels: not)
 
     def validate(self, steady: bool) -> None:
         if self.budget_s is not None and steady and self.budget_s < self.min_level_s:
@@ -161,7 +162,7 @@ def _common(limits: SweepLimits) -> SweepSettings:
     return SweepSettings(precision=limits.precision, min_level_s=limits.min_level_s,
                          max_level_s=limits.max_level_s, warmup=limits.warmup,
                          slo=[s.describe() for s in limits.slos], budget_s=limits.budget_s,
-                         max_error_rate=limits.max_error_rate, drain=limits.drain)
+                         max_error_rate=limits.max_error_rate, drain=limits.drain, warm=limits.warm)
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ class ConcurrencyPlan(PlanDefaults):
         w = self.limits.warmup
         level = (LevelSpec(mode="burst", concurrency=c, num_requests=c, warmup=w) if self.mode == "burst"
                  else LevelSpec(mode="steady", concurrency=c, duration_s=self.limits.max_level_s, warmup=w,
-                                 max_wall_s=self.limits.max_level_s))
+                                 max_wall_s=self.limits.max_level_s, warm=self.limits.warm))
         return Step(level, level.label, phase, reason)
 
     def widest(self) -> int:

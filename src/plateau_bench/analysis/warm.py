@@ -1,0 +1,101 @@
+"""When a warm level has been measured long enough, and over which window.
+
+A warm level (``sweep.loop``: the server is never emptied between steady levels) starts with the
+requests of the level before it still streaming. Its concurrency changes at the level's start: new
+workers join (spread over a short stagger, so they do not start in lock step) or workers retire when
+their current request ends. The window cannot open before the new concurrency is in flight
+(``settled_ns``), and after that the token rate still moves while the new requests go through their
+first prefill and the batch settles.
+
+Where the rate has settled is read from the data, not assumed: the **MSER-5 rule** (White, 1997;
+"Marginal Standard Error Rule", the usual truncation rule for a simulation's warm-up) buckets the
+output-token arrivals since ``settled_ns``, groups them by five, and drops the leading groups that
+minimise the standard error of the mean of the rest (at most half of them). The window is what is
+left, up to now: tokens are counted by their arrival time, those of requests still in flight
+included (their partial records), so the window may be shorter than one request.
+
+The estimate and its interval are the same batch means as a cold level's (``convergence``): ten
+sub-windows, or whole waves where first tokens come in waves (``metrics.steady_batches``), a server
+that admits in waves. The level is done when the interval's half-width is within the precision after
+at least ``min_s`` of window, or at ``max_s`` since the level started, whatever the interval. While
+the adaptive search grows, a level need only show that it beats its doubling partner by more than the
+plateau gain (``clear_above``, ``sweep.loop``), or that it does not (``clear_below``): it is done as
+soon as its interval lies wholly on one side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from plateau_bench.analysis.metrics import (
+    Window,
+    counts_between,
+    phase_edges,
+    sorted_first_tokens,
+    sorted_tokens,
+    steady_batches,
+)
+from plateau_bench.analysis.stats import FloatArray, batch_means_ci_rel
+from plateau_bench.level_run import WarmCheck
+from plateau_bench.records import RequestRecord
+from plateau_bench.units import NS
+
+MSER_GROUP = 5            # buckets per group (MSER-5)
+MSER_BUCKETS = 200        # about this many buckets over the span read (at least ``MIN_BUCKET_S`` each)
+MIN_BUCKET_S = 0.05
+
+
+def mser_start(times: FloatArray, cumulative: FloatArray, start_ns: int, end_ns: int) -> int:
+    """Where the token rate in ``[start_ns, end_ns]`` has settled (MSER-5, see the module docstring)."""
+    span_s = (end_ns - start_ns) / NS
+    if span_s <= 0:
+        return start_ns
+    bucket_s = max(MIN_BUCKET_S, span_s / MSER_BUCKETS)
+    groups = int(span_s / (bucket_s * MSER_GROUP))
+    if groups < 4:
+        return start_ns
+    group_ns = bucket_s * MSER_GROUP * NS
+    edges = start_ns + np.arange(groups + 1, dtype=np.float64) * group_ns
+    y = counts_between(times, cumulative, edges)
+    best_d, best = 0, float("inf")
+    for d in range(groups // 2 + 1):
+        rest = y[d:]
+        score = float(((rest - rest.mean()) ** 2).sum()) / rest.size ** 2
+        if score < best:
+            best_d, best = d, score
+    return int(start_ns + best_d * group_ns)
+
+
+def warm_check_records(streams: Sequence[RequestRecord], **kw: object) -> WarmCheck:
+    """``warm_check`` over the successful requests finished in the level and those still in flight (what
+    they streamed until now)."""
+    times, cumulative = sorted_tokens(streams)
+    return warm_check(times, cumulative, sorted_first_tokens(streams), **kw)  # type: ignore[arg-type]
+
+
+def warm_check(times: FloatArray, cumulative: FloatArray, first_tokens: npt.NDArray[np.int64], *,
+               level_start_ns: int, settled_ns: int | None, now_ns: int, workers: int, precision: float,
+               min_s: float, max_s: float, clear_above: float | None = None, clear_below: float | None = None,
+               batches: int = 10) -> WarmCheck:
+    """The warm level's window and estimate at ``now_ns`` (``times``/``cumulative``: ``metrics.sorted_tokens``
+    of the successful requests finished in the level and of those in flight, their tokens until now)."""
+    timed_out = (now_ns - level_start_ns) / NS >= max_s
+    if settled_ns is None or now_ns <= settled_ns:
+        return WarmCheck(window_ns=None, tok_s=None, ci_rel=None, done=timed_out)
+    start = mser_start(times, cumulative, settled_ns, now_ns)
+    window = Window(start, now_ns)
+    if window.length_s <= 0:
+        return WarmCheck(window_ns=None, tok_s=None, ci_rel=None, done=timed_out)
+    edges = np.array([start, now_ns], dtype=np.float64)
+    tok_s = float(counts_between(times, cumulative, edges)[0]) / window.length_s
+    ci = batch_means_ci_rel(steady_batches(times, cumulative, window, first_tokens, workers, batches))
+    waves = phase_edges(first_tokens, window, workers, batches) is not None
+    precise = ci is not None and window.length_s >= min_s and (
+        ci <= precision or (clear_above is not None and tok_s * (1 - ci) > clear_above)
+        or (clear_below is not None and tok_s * (1 + ci) < clear_below))
+    done = timed_out or precise
+    return WarmCheck(window_ns=(start, now_ns), tok_s=tok_s, ci_rel=ci, done=done, waves=waves)
+

@@ -31,7 +31,7 @@ from plateau_bench.sim.level import _Driver
 from plateau_bench.sim.probe import Probe
 from plateau_bench.spec import LevelSpec, WorkloadSpec
 from plateau_bench.units import NS
-from plateau_bench.workload.warm_joins import join_times, predict_cycle
+from plateau_bench.workload.warm_joins import join_times, predict_cycle, retirees
 
 CHUNKS = 32   # chunks a twin request's tokens are grouped in (its record's size stays bounded)
 
@@ -44,12 +44,6 @@ def _chunks(times: list[float]) -> tuple[list[int], list[int]]:
     ns = [_ns(times[i]) for i in ends]
     counts = [ends[0] + 1, *(b - a for a, b in itertools.pairwise(ends))]
     return ns, counts
-
-
-def retirees(by_progress: Sequence[int], count: int) -> list[int]:
-    """``count`` of the workers, ordered by how far their requests have come, spread evenly over that order."""
-    n = len(by_progress)
-    return [by_progress[(2 * k + 1) * n // (2 * count)] for k in range(count)] if count > 0 else []
 
 
 def _ns(seconds: float) -> int:

@@ -116,6 +116,7 @@ async def run_sweep(
     state = SweepState(levels=[lv for lv in previous if not damaged(lv)])
     ctx = _Context(runner, stop_rule, on_level, on_record, observer, state, limits,
                    plan.adaptive_search(), plan)
+    stopped = False
     while True:
         step = plan.next(state.levels)
         if step.level is None:
@@ -127,6 +128,7 @@ async def run_sweep(
             level = await _measure(ctx, step.level, step.label, step.phase, attempts.get(step.label, 0) + 1)
         except StopRequested:
             state.stop_reason, state.halted = _stopped_by_user(state), True
+            stopped = True
             break
         reason = _error_stop(level, limits) or _prompts_stop(level)
         if reason:
@@ -138,7 +140,7 @@ async def run_sweep(
             break
     if limits.repeat > 1 and not state.halted:
         await _repeat_rounds(ctx, dict(repeats_used or {}))
-    await _end_warm(ctx)
+    await _end_warm(ctx, drain=limits.drain and not stopped)
     return state
 
 
@@ -184,9 +186,10 @@ class _Context:
     warm_last: WarmLast | None = None    # the last level measured warm, until the live load ends
 
 
-async def _end_warm(ctx: _Context) -> None:
+async def _end_warm(ctx: _Context, drain: bool = True) -> None:
+    """End the live load of warm levels, if any: drained (or cancelled: ``--no-drain``, the user's stop)."""
     last, ctx.warm_last = ctx.warm_last, None
-    await end_warm(ctx.runner, ctx.state, last, drain=ctx.limits.drain, on_level=ctx.on_level,
+    await end_warm(ctx.runner, ctx.state, last, drain=drain and ctx.limits.drain, on_level=ctx.on_level,
                    on_record=ctx.on_record)
 
 

@@ -60,3 +60,12 @@ def predict_cycle(measured: Sequence[tuple[int, float]], concurrency: int) -> fl
     c0, t0 = below[-2]
     rate_slope = math.log((c1 / t1) / (c0 / t0)) / math.log(c1 / c0) if t0 > 0 and t1 > 0 else 1.0
     return float(t1 * (concurrency / c1) ** (1.0 - min(1.0, max(0.0, rate_slope))))
+
+
+def retirees(by_progress: Sequence[int], count: int) -> list[int]:
+    """``count`` of the workers, ordered by how far their requests have come, spread evenly over that order:
+    the ones left are as spread over their request cycle as before, so the batch keeps the same mix of
+    short and long contexts (retiring those nearest their end would be quicker, and would leave a batch
+    of young requests, lighter than the steady state's for a whole cycle)."""
+    n = len(by_progress)
+    return [by_progress[(2 * k + 1) * n // (2 * count)] for k in range(count)] if count > 0 else []

@@ -91,6 +91,11 @@ class SearchFlags(GridFlags, frozen=True, kw_only=True):
     time_scale: Annotated[str, typer.Option("--time-scale", help="--trace: the time scales to replay it at (comma "
                                             "list; 2 = twice as fast), or auto: 1, 2, 4, ... until it stops keeping "
                                             "up.", rich_help_panel=SEARCH)] = "auto"
+    goal: Annotated[str, typer.Option("--goal", help="When the adaptive search stops: verdict (as soon as the plateau "
+                                      "is confirmed: the verdict and the plateau stand, the knee bracketed by the "
+                                      "last doublings), knee (then bisect the knee's bracket 3 times) or curve "
+                                      "(until the knee is bracketed within 10 %).",
+                                      rich_help_panel=SEARCH)] = "verdict"
     resume: Annotated[Path | None, typer.Option("--resume", help="Continue a sweep saved in this directory (failed "
                                                 "or damaged levels are measured again).",
                                                 rich_help_panel=SEARCH)] = None
@@ -99,7 +104,7 @@ class SearchFlags(GridFlags, frozen=True, kw_only=True):
         return SweepAsk(concurrency=self.concurrency, mode=self.mode, rate=self.rate, burstiness=self.burstiness,
                         start=self.start, max_concurrency=self.max_concurrency, plateau_gain=self.plateau_gain,
                         find=self.find, resolution=self.resolution, start_rate=self.start_rate,
-                        max_rate=self.max_rate, time_scale=self.time_scale)
+                        max_rate=self.max_rate, time_scale=self.time_scale, goal=self.goal)
 
 
 class StopRuleFlags(OptionGroup, frozen=True, kw_only=True):
@@ -113,6 +118,10 @@ class StopRuleFlags(OptionGroup, frozen=True, kw_only=True):
                                                 rich_help_panel=SEARCH)] = "60s"
     warmup: Warmup = 0
     drain: Drain = True
+    cold_levels: Annotated[bool, typer.Option("--cold-levels", help="Start every steady level from an idle server "
+                                              "and drain it after (the behaviour before warm levels): each level "
+                                              "costs a ramp, two request cycles and a drain.",
+                                              rich_help_panel=SEARCH)] = False
     slo: SloFlag = None
     budget: Annotated[str | None, typer.Option("--budget", help="Stop a sweep before it spends more, e.g. 10m.",
                                                rich_help_panel=SEARCH)] = None
@@ -127,7 +136,7 @@ class StopRuleFlags(OptionGroup, frozen=True, kw_only=True):
                            slos=tuple(parse_slo(self.slo)) if self.slo else (),
                            budget_s=parse_duration(self.budget, "--budget") if self.budget else None,
                            max_error_rate=self.max_error_rate, repeat=repeat, burstiness=burstiness,
-                           drain=self.drain)
+                           drain=self.drain, warm=not self.cold_levels)
 
 
 ONE_LEVEL, SEARCH_DEFAULTS, STOP_DEFAULTS = LevelFlags(), SearchFlags(), StopRuleFlags()

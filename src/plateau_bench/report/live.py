@@ -31,6 +31,8 @@ class LiveView:
         self._durations: list[float] = []
         self._est_levels = est_levels
         self._live: Live | None = None
+        self.verdict: str | None = None       # the verdict as it stands after the levels so far
+        self.waiting_for: str = ""            # why the sweep goes on
 
     def __enter__(self) -> LiveView:
         if self.enabled:
@@ -48,6 +50,10 @@ class LiveView:
     def level_started(self, level: LevelSpec, phase: str) -> None:
         self.progress = LevelProgress(label=level.label, phase=phase,
                                       total_requests=level.total_requests(), max_seconds=level.duration_s)
+
+    def sweep_status(self, verdict: str | None, waiting_for: str) -> None:
+        """The verdict as it stands and what the sweep still waits for (the loop's status hook)."""
+        self.verdict, self.waiting_for = verdict, waiting_for
 
     def level_finished(self, level: LevelResult) -> None:
         self.levels.append(level)
@@ -82,5 +88,11 @@ class LiveView:
         parts: list[RenderableType] = []
         if self.levels:
             parts.append(level_table(self.levels))
+        if self.verdict or self.waiting_for:
+            status = Text()
+            status.append(f"verdict so far: {self.verdict or 'none yet'}", style="bold")
+            if self.waiting_for:
+                status.append(f" | waiting for: {self.waiting_for}")
+            parts.append(status)
         parts.append(line)
         return Group(*parts)

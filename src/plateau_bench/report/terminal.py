@@ -236,11 +236,28 @@ def sweep_report(result: ResultFile, out_dir: str | None) -> RenderableType:
     parts.extend(_plain(f"Note: {n}") for n in level_notes(levels))
     if result.stop_reason:
         parts.append(_plain(f"Stopped: {result.stop_reason}"))
+    timing = time_line(result)
+    if timing is not None:
+        parts.append(_plain(timing))
     if result.verdict is not None:
         parts.append(verdict_text(result.verdict))
     if out_dir is not None:
         parts.append(_plain(f"results: {out_dir}"))
     return Group(*parts)
+
+
+def time_line(result: ResultFile) -> str | None:
+    """Benchmark time in all, and how much of it the verdict took to stand as it ended."""
+    total = result.benchmark_seconds
+    if not total:
+        return None
+    line = f"Benchmark time: {total:,.0f} s of load"
+    if result.time_to_verdict_s is not None:
+        line += f"; the verdict stood as it ended after {result.time_to_verdict_s:,.0f} s"
+    warm = sum(1 for lv in result.levels if lv.warm is not None)
+    if warm:
+        line += f" ({warm} of {len(result.levels)} levels measured warm)"
+    return line
 
 
 NOTABLE_HIT_RATE = 0.05   # new prompts should find next to nothing cached: more is shown

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 
-from plateau_bench.analysis.plateau import SearchConfig
+from plateau_bench.analysis.plateau import GOALS, SearchConfig
 from plateau_bench.errors import ConfigError
 from plateau_bench.spec import LevelSpec, WorkloadSpec, parse_duration, parse_float_list, parse_int_list
 from plateau_bench.sweep.plan import (
@@ -116,6 +116,7 @@ class SweepAsk:
     start_rate: float = 1.0
     max_rate: float = 10_000.0
     time_scale: str = "auto"
+    goal: str = "verdict"
 
 
 def sweep_plan(ask: SweepAsk, limits: SweepLimits, trace: Path | None) -> Plan:
@@ -149,10 +150,12 @@ def concurrency_plan(ask: SweepAsk, limits: SweepLimits) -> ConcurrencyPlan:
         raise ConfigError(f"--mode must be steady or burst (got {ask.mode!r})")
     if ask.start <= 0 or ask.max_concurrency < ask.start:
         raise ConfigError("--start must be >= 1 and <= --max-concurrency")
+    if ask.goal not in GOALS:
+        raise ConfigError(f"--goal must be one of {', '.join(GOALS)} (got {ask.goal!r})")
     grid = tuple(parse_int_list(ask.concurrency, "--concurrency")) if ask.concurrency else None
     plan = ConcurrencyPlan(mode=ask.mode, concurrencies=grid,  # type: ignore[arg-type]
                            search=SearchConfig(start=ask.start, max_concurrency=ask.max_concurrency,
-                                               plateau_gain=ask.plateau_gain), limits=limits)
+                                               plateau_gain=ask.plateau_gain, goal=ask.goal), limits=limits)
     plan.validate()
     return plan
 

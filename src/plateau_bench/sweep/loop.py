@@ -124,6 +124,7 @@ async def run_sweep(
             break
         if _over_budget(step.level, state, limits):
             break
+        _status(observer, state, step.phase, step.reason)
         try:
             level = await _measure(ctx, step.level, step.label, step.phase, attempts.get(step.label, 0) + 1)
         except StopRequested:
@@ -142,6 +143,17 @@ async def run_sweep(
         await _repeat_rounds(ctx, dict(repeats_used or {}))
     await _end_warm(ctx, drain=limits.drain and not stopped)
     return state
+
+
+WAITING_FOR = {"grow": "the throughput to stop growing",
+               "confirm": "plateau confirmation (a second flat doubling, or the server's own cap with a queue)"}
+
+
+def _status(observer: SweepObserver | None, state: SweepState, phase: str, reason: str) -> None:
+    """The verdict as it stands and why the sweep goes on, for an observer that shows them (the live view)."""
+    show = getattr(observer, "sweep_status", None)
+    if show is not None:
+        show(state.levels[-1].verdict_then if state.levels else None, WAITING_FOR.get(phase, reason))
 
 
 def _prompts_stop(level: LevelResult) -> str | None:

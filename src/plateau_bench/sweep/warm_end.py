@@ -124,9 +124,9 @@ def time_to_verdict(result: ResultFile) -> float | None:
     levels = result.levels
     if final is None or not levels or any(lv.verdict_then is None for lv in levels):
         return None
+    if levels[-1].verdict_then != final:
+        return None
     first = len(levels) - 1
     while first > 0 and levels[first - 1].verdict_then == final:
         first -= 1
-    if levels[first].verdict_then != final:
-        return None
     return sum(lv.benchmark_s or 0.0 for lv in levels[:first + 1])

@@ -1,0 +1,72 @@
+"""A warm level's window: where the rate settled (MSER-5), and when the level may end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from plateau_bench.analysis.metrics import sorted_tokens
+from plateau_bench.analysis.warm import mser_start, warm_check_records
+from plateau_bench.records import RequestRecord
+from plateau_bench.units import NS
+
+S = NS
+
+
+def stream(index: int, first_s: float, end_s: float, tokens: int, sent_s: float | None = None) -> RequestRecord:
+    """A request whose tokens arrive evenly from its first token to its end (chunk per token)."""
+    times = np.linspace(first_s, end_s, tokens)
+    return RequestRecord(index=index, worker=index, scheduled_ns=0, sent_ns=int((sent_s or first_s - 0.01) * S),
+                         first_token_ns=int(first_s * S), end_ns=int(end_s * S),
+                         chunk_ns=[int(t * S) for t in times], chunk_tokens=[1] * tokens, output_tokens=tokens)
+
+
+def steady(rate_per_s: float, start_s: float, end_s: float, base: int = 0) -> list[RequestRecord]:
+    """Many overlapping requests whose tokens add up to ``rate_per_s`` between start and end."""
+    return [stream(base + k, start_s + 0.013 * k, end_s, max(2, int(rate_per_s * (end_s - start_s) / 20)))
+            for k in range(20)]
+
+
+def test_mser_drops_a_ramp_and_keeps_a_flat_rate() -> None:
+    ramp = [stream(k, 0.5 * k, 40.0, int(100 * (40.0 - 0.5 * k))) for k in range(20)]   # joins over 10 s
+    times, cumulative = sorted_tokens(ramp)
+    cut = mser_start(times, cumulative, 0, int(40 * S))
+    assert 5 * S <= cut <= 12 * S
+    flat = steady(2000, 0.0, 40.0)
+    times, cumulative = sorted_tokens(flat)
+    assert mser_start(times, cumulative, 0, int(40 * S)) <= 2 * S
+
+
+def check(streams: list[RequestRecord], now_s: float, **kw: object) -> object:
+    args: dict[str, object] = dict(level_start_ns=0, settled_ns=0, now_ns=int(now_s * S), workers=20,
+                                   precision=0.02, min_s=5.0, max_s=60.0)
+    args.update(kw)
+    return warm_check_records(streams, **args)
+
+
+def test_a_steady_rate_is_done_once_the_window_is_long_enough() -> None:
+    data = steady(2000, 0.0, 30.0)
+    early = check(data, 3.0)
+    assert not early.done and early.window_ns is not None           # precise, but under the shortest window
+    late = check(data, 20.0)
+    assert late.done and late.tok_s == pytest.approx(2000, rel=0.05)
+    assert late.ci_rel is not None and late.ci_rel <= 0.02
+
+
+def test_nothing_is_measured_before_the_concurrency_settled_and_the_time_limit_ends_it_anyway() -> None:
+    data = steady(2000, 0.0, 30.0)
+    waiting = check(data, 20.0, settled_ns=None)
+    assert waiting.window_ns is None and not waiting.done
+    assert check(data, 61.0, settled_ns=None).done
+
+
+def test_a_noisy_level_may_end_when_its_interval_is_wholly_above_or_below_the_decision_bar() -> None:
+    # Tokens in bursts: the interval stays wider than the precision ...
+    bursts = [stream(k, 2.0 * k, 2.0 * k + 0.5, 400) for k in range(15)]
+    assert not check(bursts, 29.0, workers=1).done
+    estimate = check(bursts, 29.0, workers=1)
+    assert estimate.tok_s is not None and estimate.ci_rel is not None and estimate.ci_rel > 0.02
+    # ... but clears a bar far below it, or stays under one far above it: the search's decision is made.
+    assert check(bursts, 29.0, workers=1, clear_above=estimate.tok_s / 3).done
+    assert check(bursts, 29.0, workers=1, clear_below=estimate.tok_s * 3).done
+    assert not check(bursts, 29.0, workers=1, clear_above=estimate.tok_s).done

@@ -1,31 +1,30 @@
-"""How much load the adaptive sweep spends to find the plateau and the knee, against the classic grid.
+"""How much load the adaptive sweep spends to find the plateau, the knee and the verdict, against the grid.
 
 For twin presets with a known ceiling, each with a workload (input/output tokens), in virtual time,
 side by side:
 
-* the adaptive sweep (steady levels stopped by the precision rule, and the same search in burst mode),
-* the seeds' way: a fixed grid in burst mode at 1, 256, 512, 768, 1024, 2048,
-* a floor under any steady sweep of the same levels: each held for one request cycle (its median
-  end-to-end latency), the least a level started cold can cost and still hold a whole cycle (a lock-step
-  level's first answers take that long, and a shorter window holds a decode phase without its prefill),
-* the reference: a dense steady grid (four levels per doubling), every level held for ``TRUTH_S``
-  (no precision rule, so the truth does not share the adaptive sweep's stopping), whose plateau and
-  knee are taken as the truth.
+* the truth: a dense grid (four levels per doubling) of long steady runs whose workers started spread
+  over ``TRUTH_STAGGER_S`` (so no two start in lock step), each measured from ``TRUTH_FROM_S`` to
+  ``TRUTH_TO_S`` by the engine's own token counter; its plateau and knee are taken as the truth;
+* the same dense grid started cold (every worker at once, ``COLD_TRUTH_S`` per level, the precision rule
+  off): what a steady level measures when its identical requests start in lock step and the engine
+  keeps the wave (the column ``err`` shows how far that is from the truth);
+* the seeds' way: a fixed grid in burst mode at 1, 256, 512, 768, 1024, 2048 (the cost reference);
+* the adaptive sweep (``plateau sweep``'s default: warm levels, ``--goal verdict``), the same with cold
+  levels (``--cold-levels``), and in burst mode.
 
 Benchmark-seconds are seconds of load against the server (virtual time here: what the same sweep
-would cost on the real deployment the preset models). The twin publishes its gauges as ``/metrics``
-would (``plateau sweep`` scrapes them by default). Prints figures and ratios; asserts nothing.
+would cost on the real deployment the preset models); "to verdict" is the benchmark-seconds until the
+verdict (constraint and cap) stood as it ended. The twin publishes its gauges as ``/metrics`` would
+(``plateau sweep`` scrapes them by default). Prints figures and ratios; asserts nothing.
 
 Cases: the two reference runs' engines with their workloads (``seed-a-tp8ep`` 128/512 and
 ``seed-b-fp4`` 128/128, ``reference/seed-runs.md``), Run B's engine with 1,024-token outputs
-(``seed-b-long``: requests eight times longer, so every level's turnover and drain are too),
-``compute-bound`` (no cap), and ``llama-8b-h100`` with 512/256 (a roofline-derived Llama-3.1-8B on one
-H100 whose KV cache fills before its admission cap; see ``sim.presets``).
+(``seed-b-long``: requests eight times longer, so every level's cycle is too), ``compute-bound`` (no
+cap), and ``llama-8b-h100`` with 512/256 (a roofline-derived Llama-3.1-8B on one H100 whose KV cache
+fills before its admission cap; see ``sim.presets``).
 
-    .venv/bin/python bench/sweep_efficiency.py [--cases seed-a-tp8ep,seed-b-fp4,...] [--no-drain]
-
-``--no-drain``: the adaptive steady sweep as ``plateau sweep --no-drain`` runs it (requests in flight at a
-precise stop cancelled, not drained).
+    .venv/bin/python bench/sweep_efficiency.py [--cases seed-a-tp8ep,seed-b-fp4,...]
 """
 
 from __future__ import annotations
@@ -34,19 +33,29 @@ import argparse
 import asyncio
 import time
 
-from plateau_bench.result import ResultFile
+from plateau_bench.analysis.plateau import plateau_and_knee
+from plateau_bench.result import LevelResult, ResultFile, SearchSettings
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.sim.runner import VirtualLevelRunner
+from plateau_bench.sim.warm import WarmDriver
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.sweep.loop import run_plan
 from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
 
-# case -> (preset, input tokens, output tokens)
-CASES = {"seed-a-tp8ep": ("seed-a-tp8ep", 128, 512), "seed-b-fp4": ("seed-b-fp4", 128, 128),
-         "seed-b-long": ("seed-b-fp4", 128, 1024), "compute-bound": ("compute-bound", 128, 128),
-         "llama-8b-h100": ("llama-8b-h100", 512, 256)}
+# case -> (preset, input tokens, output tokens, the truth's time scale: its requests' cycle against the others')
+CASES = {"seed-a-tp8ep": ("seed-a-tp8ep", 128, 512, 1), "seed-b-fp4": ("seed-b-fp4", 128, 128, 4),
+         "seed-b-long": ("seed-b-fp4", 128, 1024, 4), "compute-bound": ("compute-bound", 128, 128, 1),
+         "llama-8b-h100": ("llama-8b-h100", 512, 256, 1)}
 GRID = (1, 256, 512, 768, 1024, 2048)
-TRUTH_S = 900.0   # seconds per truth level: ~15 request cycles at seed-b-fp4's cap, under two at seed-b-long's
+# The truth's runs, times the case's scale: the workers' first requests spread over TRUTH_STAGGER_S
+# (longer than the case's request cycle at any level), measured from TRUTH_FROM_S to TRUTH_TO_S (at least
+# six cycles at the cap: seed-b-long's last 575 s there, the others' under 100 s). Run B's engine, whose
+# prefill-first steps take every waiting request at once, gets the longer horizon in both its cases:
+# with the shorter one its levels above the cap stayed in waves (~2,150 tok/s instead of ~1,830).
+TRUTH_STAGGER_S = 300.0
+TRUTH_FROM_S = 600.0
+TRUTH_TO_S = 1500.0
+COLD_TRUTH_S = 900.0       # seconds per cold-started dense level
 
 
 def dense_grid(top: int = 4096) -> tuple[int, ...]:
@@ -54,66 +63,91 @@ def dense_grid(top: int = 4096) -> tuple[int, ...]:
     return tuple(v for v in values if v <= top)
 
 
-def run(case: str, plan: ConcurrencyPlan, steady_s: float = 60.0) -> tuple[float, ResultFile, int]:
-    preset, inl, outl = CASES[case]
+def workload(case: str) -> WorkloadSpec:
+    _, inl, outl, _ = CASES[case]
+    return WorkloadSpec(input_len=inl, output_len=outl)
+
+
+def truth(case: str) -> ResultFile:
+    """The dense grid's long desynchronised steady runs (see the module docstring)."""
+    levels = []
+    scale = CASES[case][3]
+    for c in dense_grid():
+        loop = WarmDriver(get_preset(CASES[case][0]), workload(case))
+        loop.cycle_s = TRUTH_STAGGER_S * scale   # spread the first requests over this
+        loop.set_workers(c)
+        loop.advance(TRUTH_FROM_S * scale)
+        before = loop.engine.state().generation_tokens_total
+        loop.advance(TRUTH_TO_S * scale)
+        tok_s = (loop.engine.state().generation_tokens_total - before) / ((TRUTH_TO_S - TRUTH_FROM_S) * scale)
+        levels.append(LevelResult(label=f"C={c}", mode="steady", concurrency=c, output_throughput=tok_s))
+    result = ResultFile(kind="sweep", levels=levels)
+    result.plateau, result.knee = plateau_and_knee(levels, SearchSettings())
+    result.benchmark_seconds = len(levels) * TRUTH_TO_S * scale
+    return result
+
+
+def run(case: str, plan: ConcurrencyPlan) -> tuple[float, ResultFile, int]:
+    preset = CASES[case][0]
     # Gauges sampled once a second: what a /metrics scrape sees (the records do not depend on it).
-    runner = VirtualLevelRunner(get_preset(preset), WorkloadSpec(input_len=inl, output_len=outl), steady_s=steady_s,
-                                metrics=True, scrape_s=1.0, probe_s=1.0)
-    state, result = asyncio.run(run_plan(runner, plan))
+    runner = VirtualLevelRunner(get_preset(preset), workload(case), steady_s=60.0, metrics=True, scrape_s=1.0,
+                                probe_s=1.0)
+    state, result = asyncio.run(run_plan(runner, plan, engine="vllm"))
     return state.spent_s, result, len(state.levels)
 
 
-def one_cycle_each_s(result: ResultFile) -> float:
-    """Seconds the sweep's levels would cost held for one request cycle (median end-to-end latency) each."""
-    return sum((lv.e2e_ms.p50 or 0.0) / 1000 for lv in result.levels)
-
-
-def fmt(result: ResultFile) -> tuple[float, float, str]:
-    plateau, knee = result.plateau, result.knee
-    bracket = knee.bracket if knee else ("-", "-")
-    return (plateau.throughput if plateau else 0.0, knee.concurrency if knee else 0.0, f"[{bracket[0]},{bracket[1]}]")
-
-
-def steady(concurrencies: tuple[int, ...] | None = None, drain: bool = True) -> ConcurrencyPlan:
-    return ConcurrencyPlan(mode="steady", concurrencies=concurrencies, limits=SweepLimits(max_level_s=600, drain=drain))
-
-
-def truth_plan() -> ConcurrencyPlan:
-    # The rule's window minimum equal to its time limit: every level runs the whole TRUTH_S.
+def cold_truth_plan() -> ConcurrencyPlan:
+    # The rule's window minimum equal to its time limit: every level runs the whole COLD_TRUTH_S.
     return ConcurrencyPlan(mode="steady", concurrencies=dense_grid(),
-                           limits=SweepLimits(min_level_s=TRUTH_S, max_level_s=TRUTH_S))
+                           limits=SweepLimits(min_level_s=COLD_TRUTH_S, max_level_s=COLD_TRUTH_S, warm=False))
+
+
+def adaptive(warm: bool) -> ConcurrencyPlan:
+    return ConcurrencyPlan(mode="steady", limits=SweepLimits(max_level_s=600, warm=warm))
+
+
+def verdict(result: ResultFile) -> str:
+    v = result.verdict
+    if v is None:
+        return "-"
+    return v.constraint + (f" {v.estimated_cap}" if v.estimated_cap else "")
+
+
+def row(case: str, name: str, n: int, spent: float, grid_s: float | None, result: ResultFile,
+        reference: ResultFile) -> str:
+    plateau = result.plateau.throughput if result.plateau else 0.0
+    t_plateau = reference.plateau.throughput if reference.plateau else 0.0
+    knee = result.knee
+    bracket = f"[{knee.bracket[0]},{knee.bracket[1]}]" if knee else "-"
+    t_knee = reference.knee.concurrency if reference.knee else None
+    holds = "-" if knee is None or t_knee is None else ("yes" if knee.bracket[0] <= t_knee <= knee.bracket[1] else "no")
+    ratio = f"{spent / grid_s:.2f}x" if grid_s else "-"
+    to_verdict = result.time_to_verdict_s
+    tv = f"{to_verdict:8.0f} {to_verdict / grid_s:6.2f}x" if to_verdict is not None and grid_s else f"{'-':>8} {'-':>7}"
+    err = f"{plateau / t_plateau - 1:+7.1%}" if t_plateau else f"{'-':>7}"
+    return (f"{case:<14} {name:<20} {n:>6} {spent:>8.0f} {ratio:>7} {tv} {plateau:>8,.0f} {err} "
+            f"{bracket:>12} {holds:>5}  {verdict(result)}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--cases", default=",".join(CASES))
-    parser.add_argument("--no-drain", action="store_true", help="the steady sweep cancels at precise stops")
     args = parser.parse_args()
-    print(f"{'case':<14} {'method':<22} {'levels':>6} {'bench-s':>8} {'vs grid':>8} {'plateau':>9} {'err':>7} "
-          f"{'knee':>7} {'bracket':>12} {'knee err':>9}")
+    print(f"{'case':<14} {'method':<20} {'levels':>6} {'bench-s':>8} {'vs grid':>7} {'verdict@':>8} {'vs grid':>7} "
+          f"{'plateau':>8} {'err':>7} {'knee in':>12} {'holds':>5}  verdict")
     for case in args.cases.split(","):
         started = time.perf_counter()
-        truth_s, truth, truth_n = run(case, truth_plan())
-        t_plateau, t_knee, _ = fmt(truth)
-        rows = [
-            ("dense steady (truth)", truth_plan(), 60.0),
-            ("fixed grid, burst", ConcurrencyPlan(mode="burst", concurrencies=GRID), 60.0),
-            ("adaptive, steady", steady(drain=not args.no_drain), 60.0),
-            ("adaptive, burst", ConcurrencyPlan(mode="burst"), 60.0),
-        ]
-        grid_s = None
-        for name, spec, steady_s in rows:
-            spent, summary, n = (truth_s, truth, truth_n) if name.startswith("dense") else run(case, spec, steady_s)
-            if name.startswith("fixed"):
-                grid_s = spent
-            plateau, knee, bracket = fmt(summary)
-            ratio = f"{spent / grid_s:.2f}x" if grid_s else "-"
-            print(f"{case:<14} {name:<22} {n:>6} {spent:>8.0f} {ratio:>8} {plateau:>9,.0f} "
-                  f"{(plateau / t_plateau - 1) if t_plateau else 0:>+7.1%} {knee:>7.0f} {bracket:>12} "
-                  f"{(knee / t_knee - 1) if t_knee else 0:>+9.1%}")
-            if name == "adaptive, steady" and grid_s:
-                floor = one_cycle_each_s(summary)
-                print(f"{case:<14} {'  floor: 1 cycle/level':<22} {n:>6} {floor:>8.0f} {floor / grid_s:>7.2f}x")
+        reference = truth(case)
+        print(row(case, "dense, desync (truth)", len(reference.levels), reference.benchmark_seconds or 0.0, None,
+                  reference, reference))
+        spent, cold_dense, n = run(case, cold_truth_plan())
+        print(row(case, "dense, cold start", n, spent, None, cold_dense, reference))
+        grid_s, grid, n = run(case, ConcurrencyPlan(mode="burst", concurrencies=GRID))
+        print(row(case, "fixed grid, burst", n, grid_s, grid_s, grid, reference))
+        for name, plan in (("adaptive, warm", adaptive(True)), ("adaptive, cold", adaptive(False)),
+                           ("adaptive, burst", ConcurrencyPlan(mode="burst"))):
+            spent, result, n = run(case, plan)
+            print(row(case, name, n, spent, grid_s, result, reference))
         print(f"{'':<14} (wall time for this case: {time.perf_counter() - started:.1f} s)")
 
 

@@ -198,7 +198,7 @@ BLOCKS = {
               loose=(("TTFT p50 grew", 1.0, 15.0), ("outside the engine", 1e9, 1e9)), spare=2),
         Block("sim-a", "Run A replayed in the simulated engine, then diagnosed (virtual time, seconds)",
               rel=0.01, abs=0.01, slow=True),
-        Block("sweep-efficiency", "bench/sweep_efficiency.py: adaptive sweep vs the grid (virtual time, ~1.5 min)",
+        Block("sweep-efficiency", "bench/sweep_efficiency.py: adaptive sweeps vs the grid and the truth (virtual time, ~3 min)",
               rel=0.01, abs=0.01, slow=True,
               loose=(("wall time for this case", 1e9, 1e9),)),  # real time, machine-dependent: not compared
         Block("published", "bench/published.py: the first-principles twin against published measurements "

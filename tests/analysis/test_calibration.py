@@ -25,9 +25,12 @@ def sweep(preset: str, input_len: int, output_len: int = 512, grid: tuple[int, .
     runner = VirtualLevelRunner(get_preset(preset), WorkloadSpec(input_len=input_len, output_len=output_len,
                                                                  range_ratio=spread),
                                 steady_s=window_s, metrics=metrics)
+    # Cold levels (--cold-levels): the coefficients are held to 10 % on windows of many turnovers from an
+    # idle start; warm levels' figures differ from them by up to ~2 % (TPOT at C=128 here), enough to
+    # move the small KV term c by ~11 %.
     plan = ConcurrencyPlan(mode="steady", concurrencies=grid,
                            limits=SweepLimits(min_level_s=window_s if window_s > 60 else 5.0,
-                                              max_level_s=max(window_s, 600.0)))
+                                              max_level_s=max(window_s, 600.0), warm=False))
     _, result = asyncio.run(run_plan(runner, plan))
     # The twin's requests have exactly the asked lengths (what requests.jsonl would say).
     return Sweep(f"{preset}-{input_len}", result, {lv.label: (input_len, output_len) for lv in result.levels})

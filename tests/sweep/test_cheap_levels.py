@@ -25,7 +25,7 @@ CAP = 32
 def sweep(*, metrics: bool, drain: bool = True) -> tuple[SweepState, ResultFile]:
     config = msgspec.structs.replace(get_preset("tiny"), max_num_seqs=CAP)
     runner = VirtualLevelRunner(config, WorkloadSpec(input_len=64, output_len=2048), metrics=metrics)
-    limits = SweepLimits(min_level_s=1.0, max_level_s=120.0, drain=drain)
+    limits = SweepLimits(min_level_s=1.0, max_level_s=120.0, drain=drain, warm=False)   # --cold-levels
     return asyncio.run(run_plan(runner, ConcurrencyPlan(limits=limits)))
 
 

@@ -211,6 +211,8 @@ class HttpLevelRunner:
                                        telemetry=telemetry, check_s=self.check_s)
             with old_objects_frozen():
                 run = await run_warm_level(live, level, stop_rule, context)
+        except StopRequested:   # a first Ctrl-C before the level measured anything: the sweep ends the load
+            raise
         except BaseException:   # a failure or a second Ctrl-C: nothing of the live load is left running
             await self._close_live()
             raise

@@ -6,6 +6,8 @@ The level's records are the requests that *ended* during it (some were sent in a
 ``in_flight`` what the requests still streaming at the close had streamed by then; telemetry and the
 load generator's health are sampled over the level, on the live load's clock. A first Ctrl-C closes the
 level at once (its window ends there) and nothing more is sent; the sweep then cancels what is in flight.
+A level closed so before its stop rule had a window measured nothing, and is no level: ``StopRequested``
+(the sweep keeps what it finished; what ended in it goes to the level before with the last requests).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from plateau_bench.driver.health import HealthSampler
 from plateau_bench.driver.level_telemetry import LevelTelemetry
 from plateau_bench.driver.warm import OnRecord, WarmLoad
 from plateau_bench.errors import ErrorClass
-from plateau_bench.level_run import LevelRun, StopRule, WarmCheck
+from plateau_bench.level_run import LevelRun, StopRequested, StopRule, WarmCheck
 from plateau_bench.progress import LevelProgress
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import WarmLevelInfo
@@ -35,7 +37,7 @@ WINDOW_NOTE = "warm: from where the rate settled after the concurrency changed, 
 
 @dataclass
 class _Closed:
-    records: list[RequestRecord]
+    records: list[RequestRecord]   # filled when the level closes
     partials: list[RequestRecord]
     end_ns: int
     check: WarmCheck | None
@@ -67,6 +69,12 @@ async def run_warm_level(load: WarmLoad, level: LevelSpec, rule: StopRule, ctx: 
     health.start()
     try:
         closed = await _measure(load, level, rule, start, ctx)
+        if closed.asked_ns is not None and (closed.check is None or closed.check.window_ns is None):
+            # Closed by Ctrl-C before it measured anything: no level. What ended in it goes with the live
+            # load's last records to the level before (``end_warm``), as the requests still streaming there.
+            load.on_record = None
+            raise StopRequested(ctx.label)
+        closed.records = load.close_level()
     finally:
         health_samples = await health.stop()
         samples = await ctx.telemetry.stop()
@@ -133,7 +141,7 @@ async def _measure(load: WarmLoad, level: LevelSpec, rule: StopRule, start: int,
             _show(progress, load, check)
             if check.done or load.ran_out:
                 break
-    return _Closed(load.close_level(), partials, now, check, asked[0] if asked else None)
+    return _Closed([], partials, now, check, asked[0] if asked else None)
 
 
 def _show(progress: LevelProgress | None, load: WarmLoad, check: WarmCheck) -> None:

@@ -199,7 +199,6 @@ class HttpLevelRunner:
             self._live = WarmLoad(self.target, count_tokens=self.count_tokens, grace_min_s=self.grace_min_s)
             await self._live.open()
         live = self._live
-        self.dataset_from += live.prompts_after_close()   # sent between the levels, from the last level's feed
         key = LevelKey(label=label, attempt=attempt, repeat=repeat, dataset_from=self.dataset_from)
         try:
             feed = self.source.feed(key, ahead=prompts_ahead(level))

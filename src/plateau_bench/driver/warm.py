@@ -88,14 +88,15 @@ class WarmLoad:
         self.level_records: list[RequestRecord] = []   # ended since the running level's start (or the last close)
         self.on_record: OnRecord | None = None
         self._cycle_bound_ns = 0
+        self.time_bound: tuple[int, float] | None = None   # the last level's bound (ns) and the silence hung there (s)
         self._workers: dict[int, asyncio.Task[None]] = {}
         self._next_worker = 0
         self._next_index = 0
         self._hung: set[int] = set()
-        self._feed: PromptFeed | None = None
+        self._feed: PromptFeed | None = None   # the running level's prompts (None between levels)
         self._feed_next = 0
-        self._feed_users: dict[int, tuple[PromptFeed, int]] = {}   # id -> (a feed replaced, takes under way)
-        self._span_at_close = 0
+        self._feed_ready = asyncio.Event()
+        self._feed_users: dict[int, tuple[PromptFeed, int]] = {}   # id -> (a feed let go, takes under way)
 
     def now(self) -> int:
         return self.clock_ns() - self.t0
@@ -110,6 +111,7 @@ class WarmLoad:
         old, self._feed, self._feed_next = self._feed, feed, 0
         if old is not None:
             self._retire_feed(old)
+        self._feed_ready.set()
         self.on_record = on_record
         if on_record is not None:
             for r in self.level_records:
@@ -118,12 +120,10 @@ class WarmLoad:
     def close_level(self) -> list[RequestRecord]:
         """The running level closes: the records that ended in it. Later ones wait for the next level."""
         records, self.level_records, self.on_record = self.level_records, [], None
-        self._span_at_close = self._feed.use().span if self._feed is not None else 0
+        old, self._feed = self._feed, None   # every prompt a level handed out was sent in it
+        if old is not None:
+            self._retire_feed(old)
         return records
-
-    def prompts_after_close(self) -> int:
-        """How far the last level's feed went on after it closed (requests sent between levels)."""
-        return (self._feed.use().span if self._feed is not None else 0) - self._span_at_close
 
     def plan(self, concurrency: int) -> None:
         """The request cycle expected at ``concurrency`` and the longest it could be (module docstring)."""
@@ -184,6 +184,18 @@ class WarmLoad:
             if index not in self._hung and now - self._last_sign_of_life(index, flight) > limit:
                 self._declare_hung(index, flight, now, f"no token for {limit / NS:.1f} s")
 
+    def hang_at_bound(self, silence_s: float) -> int:
+        """At a level's time bound (``--max-level-time``), as a cold level does there: every request silent
+        for ``silence_s`` is hung at once, and its worker stops (the next level joins new ones as needed): a
+        server that stopped answering holds the live load no longer than the bound. How many were hung."""
+        now, hung = self.now(), 0
+        for index, flight in list(self.flights.items()):
+            if index not in self._hung and now - self._last_sign_of_life(index, flight) >= silence_s * NS:
+                self.active.discard(flight.worker)
+                self._declare_hung(index, flight, now, f"no token for {silence_s:g} s at the level's time bound")
+                hung += 1
+        return hung
+
     # -- the workers ---------------------------------------------------------------------------
     def _restarts(self, now_s: float) -> list[float]:
         """When each running worker will send its next request (module docstring)."""
@@ -223,10 +235,10 @@ class WarmLoad:
                     prompt = await self._take_prompt()
                 finally:
                     self.taking.discard(worker)
+                if not self.sending:
+                    return
                 if prompt is None:
                     self.ran_out = True
-                    return
-                if not self.sending:
                     return
                 await self._send(worker, prompt, scheduled)
                 scheduled = self.now()
@@ -241,8 +253,14 @@ class WarmLoad:
             self._maybe_settled()
 
     async def _take_prompt(self) -> Prompt | None:
+        """The next prompt of the running level; between levels, the next level's first (a worker whose request
+        ended then waits for it: the gap is the sweep's own analysis of the level closed, milliseconds)."""
+        while self._feed is None:
+            if not self.sending:
+                return None
+            self._feed_ready.clear()
+            await self._feed_ready.wait()
         feed = self._feed
-        assert feed is not None
         index, self._feed_next = self._feed_next, self._feed_next + 1
         try:
             return await feed.take(index)
@@ -320,6 +338,7 @@ class WarmLoad:
     def stop_sending(self) -> None:
         """Nothing more is sent: workers not yet joined never will, the others stop after their request."""
         self.sending = False
+        self._feed_ready.set()   # wake the workers waiting for a level's prompts: there will be none
         for worker in list(self.joins):
             task = self._workers.get(worker)
             if task is not None:
@@ -332,6 +351,8 @@ class WarmLoad:
         start = self.now()
         while self.flights:
             await asyncio.wait([f.task for f in self.flights.values()], timeout=_DRAIN_POLL_S)
+            if self.time_bound is not None and self.now() >= self.time_bound[0]:
+                self.hang_at_bound(self.time_bound[1])   # past the last level's bound, as in a cold level's drain
             grace = max(self.grace_min_ns, int(GRACE_FACTOR * self.longest_ns) if self.longest_ns else start)
             if self.now() - start >= grace:
                 for index, flight in list(self.flights.items()):

@@ -42,6 +42,8 @@ class _Closed:
     end_ns: int
     check: WarmCheck | None
     asked_ns: int | None      # when a first Ctrl-C closed it
+    hung_at_bound: int = 0    # requests hung at its time bound (``WarmLoad.hang_at_bound``)
+    at_bound: bool = False    # it closed on its time bound
 
 
 @dataclass
@@ -91,7 +93,7 @@ async def run_warm_level(load: WarmLoad, level: LevelSpec, rule: StopRule, ctx: 
         window_note=note, level_start_ns=start, warm=info, benchmark_s=(closed.end_ns - start) / NS,
         started_at=started_at, t0_monotonic_ns=load.t0, server_samples=samples.server, gpu_samples=samples.gpu,
         dcgm_samples=samples.dcgm, health_samples=health_samples, prompts=ctx.feed.use(),
-        notes=[*samples.notes, *_notes(info, closed, start)])
+        notes=[*samples.notes, *_notes(info, closed, start, level)])
 
 
 def _counted(on_record: OnRecord | None, progress: LevelProgress | None) -> OnRecord | None:
@@ -141,7 +143,15 @@ async def _measure(load: WarmLoad, level: LevelSpec, rule: StopRule, start: int,
             _show(progress, load, check)
             if check.done or load.ran_out:
                 break
-    return _Closed([], partials, now, check, asked[0] if asked else None)
+    bound = level.max_wall_s
+    hung, reached = 0, False
+    if bound is not None:
+        silence_s = min(load.grace_min_ns / NS, bound)
+        load.time_bound = (start + round(bound * NS), silence_s)
+        reached = now - start >= bound * NS
+        hung = load.hang_at_bound(silence_s) if reached else 0
+        partials = load.partials() if hung else partials
+    return _Closed([], partials, now, check, asked[0] if asked else None, hung, reached)
 
 
 def _show(progress: LevelProgress | None, load: WarmLoad, check: WarmCheck) -> None:
@@ -165,7 +175,7 @@ def _window(closed: _Closed, load: WarmLoad, start: int) -> tuple[tuple[int, int
                                       "the concurrency was reached"), False
 
 
-def _notes(info: WarmLevelInfo, closed: _Closed, start: int) -> list[str]:
+def _notes(info: WarmLevelInfo, closed: _Closed, start: int, level: LevelSpec) -> list[str]:
     notes = [f"warm from C={info.from_concurrency}: the new concurrency was in flight after {info.settled_s:.1f} s, "
              f"{info.dropped_s:.1f} s more dropped while the rate settled"] if info.from_concurrency else []
     if info.waves:
@@ -174,4 +184,9 @@ def _notes(info: WarmLevelInfo, closed: _Closed, start: int) -> list[str]:
         notes.append(f"ended by Ctrl-C at {(closed.asked_ns - start) / NS:.1f} s: its window closes there, nothing "
                      f"was sent after it, and the {len(closed.partials)} request(s) then in flight are cancelled "
                      "(their tokens until then are in the window)")
+    if closed.at_bound and closed.hung_at_bound:
+        notes.append(f"reached --max-level-time ({level.max_wall_s:g} s): {closed.hung_at_bound} request(s) silent "
+                     "then (no token for the grace period or the whole bound) were declared hung, not left to the "
+                     "client's timeout, and their workers stopped; one silent so long later, in the sweep's final "
+                     "drain, is hung there")
     return notes

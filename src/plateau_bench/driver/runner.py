@@ -11,6 +11,12 @@ With a ``WorkerPool`` (``--workers``) the load itself runs in the pool's process
 keeps the telemetry, the precision rule and the records; the level comes out the same ``LevelRun``,
 with each process's health samples and the processes that ran it.
 
+Warm steady levels (``LevelSpec.warm``, a sweep's default) run on one live closed loop kept from level to
+level (``driver.warm``, one level of it in ``driver.warm_level``): the server is never emptied between
+them, and ``end_warm`` drains or cancels that load once the sweep is done with it. Where the load does not
+run in this one process (a pool, Ray, multi-turn sessions, a trace's schedule) they are measured cold, and
+the level says so. ``aclose`` (or ``async with``) stops a live load the sweep left running.
+
 It returns the raw ``LevelRun``: records and samples, no statistic (``analysis.level`` makes those).
 """
 

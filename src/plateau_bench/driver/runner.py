@@ -11,6 +11,12 @@ With a ``WorkerPool`` (``--workers``) the load itself runs in the pool's process
 keeps the telemetry, the precision rule and the records; the level comes out the same ``LevelRun``,
 with each process's health samples and the processes that ran it.
 
+Warm steady levels (``LevelSpec.warm``, a sweep's default) run on one live closed loop kept from level to
+level (``driver.warm``, one level of it in ``driver.warm_level``): the server is never emptied between
+them, and ``end_warm`` drains or cancels that load once the sweep is done with it. Where the load does not
+run in this one process (a pool, Ray, multi-turn sessions, a trace's schedule) they are measured cold, and
+the level says so. ``aclose`` (or ``async with``) stops a live load the sweep left running.
+
 It returns the raw ``LevelRun``: records and samples, no statistic (``analysis.level`` makes those).
 """
 
@@ -25,18 +31,20 @@ from plateau_bench.aio import level_finisher, old_objects_frozen, stop_asked
 from plateau_bench.driver import kernel_tcp
 from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.health import HealthSampler
-from plateau_bench.driver.load import run_level
+from plateau_bench.driver.level_telemetry import LevelTelemetry
+from plateau_bench.driver.load import GRACE_MIN_S, run_level
 from plateau_bench.driver.load_state import LoadProgress, Sender
 from plateau_bench.driver.pool import PoolOutcome, WorkerPool
 from plateau_bench.driver.sessions import SessionPool, SessionSender
 from plateau_bench.driver.target import on_this_host
+from plateau_bench.driver.warm import WarmLoad
+from plateau_bench.driver.warm_level import CHECK_S, WarmLevelContext, run_warm_level
 from plateau_bench.errors import ErrorClass
-from plateau_bench.level_run import LevelRun, StopRequested, StopRule
+from plateau_bench.level_run import LevelRun, StopRequested, StopRule, WarmEnd
 from plateau_bench.progress import LevelProgress
 from plateau_bench.records import RequestRecord
 from plateau_bench.spec import LevelSpec, TargetSpec
-from plateau_bench.telemetry.dcgm import DcgmPoller
-from plateau_bench.telemetry.gpu import GpuPoller, open_nvml
+from plateau_bench.telemetry.gpu import open_nvml
 from plateau_bench.telemetry.scraper import TelemetryScraper
 from plateau_bench.workload.feed import LevelKey, PromptFeed, prompts_ahead, prompts_first
 from plateau_bench.workload.prompts import Prompt
@@ -120,6 +128,8 @@ class HttpLevelRunner:
         schedule_ns: Sequence[int] | None = None,
         single: bool = False,
         dataset_from: int = 0,
+        grace_min_s: float = GRACE_MIN_S,
+        check_s: float = CHECK_S,
     ) -> None:
         self.target = target
         self.sessions = sessions
@@ -141,6 +151,9 @@ class HttpLevelRunner:
         # NVML's GPUs are the server's only when it runs here.
         self._gpus_serve = self._nvml is not None and on_this_host(target)
         self._server_here = on_this_host(target)
+        self.grace_min_s = grace_min_s   # the shortest drain before a request in flight is hung
+        self.check_s = check_s           # between a warm level's checks of its stop rule
+        self._live: WarmLoad | None = None   # the live load warm steady levels share, until ``end_warm``
 
     async def run_level(
         self,
@@ -154,6 +167,13 @@ class HttpLevelRunner:
     ) -> LevelRun:
         if stop_asked():
             raise StopRequested(label)
+        asked_warm = (level.warm and level.mode == "steady" and stop_rule is not None
+                      and level.num_requests is None)
+        cold_because = self._cold_because() if asked_warm else None
+        if asked_warm and stop_rule is not None and cold_because is None:
+            return await self._warm_level(level, label, on_record, stop_rule, repeat, attempt)
+        if self._live is not None:   # a cold level never runs beside the live load (the sweep ends it first)
+            await self._close_live()
         key = LevelKey(label=label, attempt=attempt, repeat=repeat, base=self.single and attempt == 1 and repeat == 1,
                        dataset_from=self.dataset_from)
         feed = self.source.feed(key, ahead=prompts_ahead(level))
@@ -164,7 +184,80 @@ class HttpLevelRunner:
         finally:
             feed.close()
         self.dataset_from += run.prompts.span if run.prompts is not None else 0
+        if cold_because is not None:
+            run.notes.append(f"measured cold: warm levels need the load in one process ({cold_because})")
         return run
+
+    def _cold_because(self) -> str | None:
+        """Why a level asked to be warm runs cold here (None: it runs warm)."""
+        if self.pool is not None:
+            return "the load runs in load processes (--workers, --ray)"
+        if self.sessions is not None:
+            return "multi-turn sessions"
+        if self.schedule_ns is not None:
+            return "a trace's schedule"
+        return None
+
+    async def _warm_level(self, level: LevelSpec, label: str, on_record: Callable[[RequestRecord], None] | None,
+                          stop_rule: StopRule, repeat: int, attempt: int) -> LevelRun:
+        """A warm level on the live load, started by the first one (``driver.warm_level``)."""
+        if self._live is None:
+            self._live = WarmLoad(self.target, count_tokens=self.count_tokens, grace_min_s=self.grace_min_s)
+            await self._live.open()
+        live = self._live
+        key = LevelKey(label=label, attempt=attempt, repeat=repeat, dataset_from=self.dataset_from)
+        try:
+            feed = self.source.feed(key, ahead=prompts_ahead(level))
+            await feed.prime(prompts_first(level))
+            tcp_before = self._tcp_counters()
+            telemetry = LevelTelemetry(self.metrics_url, self._nvml, self.gpu_metrics_urls, t0_ns=live.t0)
+            self.engine = await telemetry.start(metrics_required=self.metrics_required) or self.engine
+            context = WarmLevelContext(label=label, feed=feed, on_record=on_record, progress=self.progress(),
+                                       telemetry=telemetry, check_s=self.check_s)
+            with old_objects_frozen():
+                run = await run_warm_level(live, level, stop_rule, context)
+        except StopRequested:   # a first Ctrl-C before the level measured anything: the sweep ends the load
+            raise
+        except BaseException:   # a failure or a second Ctrl-C: nothing of the live load is left running
+            await self._close_live()
+            raise
+        self.dataset_from += run.prompts.span if run.prompts is not None else 0
+        run.engine = self.engine
+        run.gpu_note = None if run.gpu_samples else self.gpu_note
+        run.gpus_serve = bool(run.gpu_samples) and self._gpus_serve
+        run.kernel_tcp = kernel_tcp.delta(tcp_before, self._tcp_counters(), server_here=self._server_here)
+        return run
+
+    async def end_warm(self, drain: bool) -> WarmEnd | None:
+        """End the live load of warm levels, if any: its last requests drained (their final records; they
+        belong to the last warm level) or cancelled (how many). None when there is none."""
+        live = self._live
+        if live is None:
+            return None
+        started = time.monotonic()
+        try:
+            if drain:
+                records, cancelled = await live.drain(), 0
+            else:
+                records, cancelled = await live.cancel()
+        finally:
+            await self._close_live()
+        return WarmEnd(records=records, cancelled=cancelled, seconds=time.monotonic() - started if drain else 0.0)
+
+    async def _close_live(self) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            await live.close()
+
+    async def aclose(self) -> None:
+        """Stop whatever of the live load still runs (a sweep that ended without ``end_warm``)."""
+        await self._close_live()
+
+    async def __aenter__(self) -> HttpLevelRunner:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def _tcp_counters(self) -> dict[str, int] | None:
         """This host's TCP counters, when the connections are this host's (not Ray actors elsewhere)."""
@@ -182,20 +275,10 @@ class HttpLevelRunner:
         t0 = time.monotonic_ns()
         abort, finish, cancel = asyncio.Event(), asyncio.Event(), asyncio.Event()
         collect = _Collector(progress, on_record, abort)
-        scraper = TelemetryScraper(self.metrics_url, t0_ns=t0) if self.metrics_url else None
-        if scraper is not None:
-            await scraper.start(wait_first=True)
-            if self.metrics_required:
-                scraper.raise_if_unavailable()
-            self.engine = scraper.engine or self.engine
-        gpu = GpuPoller(self._nvml, t0_ns=t0) if self._nvml is not None else None
-        if gpu is not None:
-            await gpu.start()
-        dcgm = DcgmPoller(self.gpu_metrics_urls, t0_ns=t0) if self.gpu_metrics_urls else None
-        if dcgm is not None:
-            await dcgm.start()
+        telemetry = LevelTelemetry(self.metrics_url, self._nvml, self.gpu_metrics_urls, t0_ns=t0)
+        self.engine = await telemetry.start(metrics_required=self.metrics_required) or self.engine
         # Load processes (--workers, --ray) drain at every stop: the cancel does not reach them.
-        watch = _Watch(level, stop_rule, collect.records, scraper, progress, finish, t0,
+        watch = _Watch(level, stop_rule, collect.records, telemetry.scraper, progress, finish, t0,
                        cancel if self.pool is None else None)
         asked_at_ns: list[int] = []
 
@@ -212,20 +295,17 @@ class HttpLevelRunner:
                               if self.pool is None else self._pooled(self.pool, level, t0, collect, abort, finish,
                                                                      watch, key))
         finally:
-            gpu_samples = await gpu.stop() if gpu is not None else []
-            dcgm_samples = await dcgm.stop() if dcgm is not None else []
-            server_samples = await scraper.stop() if scraper is not None else []
+            samples = await telemetry.stop()
         kernel = kernel_tcp.delta(tcp_before, self._tcp_counters(), server_here=self._server_here)
         return LevelRun(
-            level=level, label=label, records=collect.records, server_samples=server_samples,
-            gpu_samples=gpu_samples, dcgm_samples=dcgm_samples, health_samples=load.health,
-            notes=[*(dcgm.notes() if dcgm is not None else []), *load.notes, *_ended_early(asked_at_ns, t0, load),
-                   *_wall_bound(level, load)],
+            level=level, label=label, records=collect.records, server_samples=samples.server,
+            gpu_samples=samples.gpu, dcgm_samples=samples.dcgm, health_samples=load.health,
+            notes=[*samples.notes, *load.notes, *_ended_early(asked_at_ns, t0, load), *_wall_bound(level, load)],
             started_at=started_at,
             t0_monotonic_ns=t0, cut_off_at_stop=load.cancelled, cancelled_at_end=load.cancelled_at_end,
             target_gone=collect.refused >= DEAD_TARGET_FAILURES,
-            engine=self.engine, gpu_note=None if gpu_samples else self.gpu_note, load_processes=load.processes,
-            gpus_serve=bool(gpu_samples) and self._gpus_serve, kernel_tcp=kernel,
+            engine=self.engine, gpu_note=None if samples.gpu else self.gpu_note, load_processes=load.processes,
+            gpus_serve=bool(samples.gpu) and self._gpus_serve, kernel_tcp=kernel,
             lost_workers=load.lost, worker_clocks=load.clocks,
             prompts=load.prompts if load.prompts is not None else feed.use())
 
@@ -244,8 +324,9 @@ class HttpLevelRunner:
             health.start()
             monitor = asyncio.create_task(watch.run(lambda: len(sender.in_flight), sender.complete_until_ns))
             try:
-                await run_level(sender, feed, level, t0_ns=t0, on_record=collect, stop=abort,
-                                finish=finish, cancel=cancel, seed=self.seed + repeat - 1, progress=load_progress,
+                await run_level(sender, feed, level, t0_ns=t0, on_record=collect, stop=abort, finish=finish,
+                                cancel=cancel, seed=self.seed + repeat - 1, progress=load_progress,
+                                grace_min_s=self.grace_min_s,
                                 offsets_ns=self._offsets(level),
                                 session_open=sessions.in_session if sessions is not None else None)
             finally:

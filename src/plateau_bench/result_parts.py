@@ -200,7 +200,7 @@ class SweepSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_level_s: float = 60.0
     warmup: int = 0
     drain: bool = True                        # False (--no-drain): in flight at a precise stop cancelled
-    warm: bool = False                        # steady levels measured warm (the default since; --cold-levels: not)
+    warm: bool = False                        # steady levels measured warm (--warm-levels)
     slo: list[str] = msgspec.field(default_factory=list)
     budget_s: float | None = None
     max_error_rate: float = 0.2

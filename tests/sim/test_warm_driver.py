@@ -3,6 +3,8 @@ request is handed over once."""
 
 from __future__ import annotations
 
+import pytest
+
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.sim.warm import WarmDriver
 from plateau_bench.spec import WorkloadSpec
@@ -11,8 +13,8 @@ from plateau_bench.units import NS
 WORKLOAD = WorkloadSpec(input_len=64, output_len=64)
 
 
-def driver() -> WarmDriver:
-    return WarmDriver(get_preset("tiny"), WORKLOAD)
+def driver(chunks: bool = False) -> WarmDriver:
+    return WarmDriver(get_preset("tiny"), WORKLOAD, chunks=chunks)
 
 
 def test_joins_are_spread_over_the_cycle_and_the_concurrency_settles() -> None:
@@ -42,17 +44,24 @@ def test_retired_workers_finish_their_request_and_send_no_more() -> None:
     assert len(d.live) == 3 and {r.worker for r in d.live.values()} == d.workers
 
 
-def test_every_request_is_handed_over_once_and_partials_hold_what_streamed_so_far() -> None:
-    d = driver()
+@pytest.mark.parametrize("chunks", [False, True])
+def test_every_request_is_handed_over_once_and_partials_hold_what_streamed_so_far(chunks: bool) -> None:
+    d = driver(chunks)
     d.set_workers(6)
     seen: list[int] = []
+    streamed = 0
     for t in (1.0, 2.0, 3.0):
         d.advance(t)
-        seen += [r.index for r in d.finished()]
+        finished = d.finished()
+        seen += [r.index for r in finished]
+        streamed += sum(r.output_tokens for r in finished)
         for p in d.partials():
             assert p.end_ns == round(d.engine.now * NS) and p.error is None
             assert p.output_tokens <= WORKLOAD.output_len
-            assert sum(p.chunk_tokens) == p.output_tokens
+            assert sum(p.chunk_tokens) == p.output_tokens          # every token streamed so far has a time
+            assert p.chunk_ns == sorted(p.chunk_ns) and all(t <= p.end_ns for t in p.chunk_ns)
+    # The records and partials hold exactly the tokens the engine generated.
+    assert streamed + sum(p.output_tokens for p in d.partials()) == d.engine.state().generation_tokens_total
     drained = d.drain()
     seen += [r.index for r in drained]
     assert len(seen) == len(set(seen)) == d.issued

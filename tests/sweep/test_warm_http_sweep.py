@@ -22,7 +22,8 @@ SHORT = ["--min-level-time", "0.5s", "--max-level-time", "2s", "--input-len", "3
 def test_a_warm_sweep_names_the_cap_and_counts_every_request_once(cli: Cli, tmp_path: Path) -> None:
     out = tmp_path / "run"
     with start_sim_server(get_preset("tiny").with_overrides(max_num_seqs=CAP)) as twin:
-        done = cli("sweep", "--url", twin.url, "--out", str(out), "--concurrency", "2,4,8,16", *SHORT)
+        done = cli("sweep", "--url", twin.url, "--out", str(out), "--concurrency", "2,4,8,16", "--warm-levels",
+                   *SHORT)
     assert done.exit_code == 0, done.output
     result = load_result(out)
     assert result.verdict is not None

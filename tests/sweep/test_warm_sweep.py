@@ -35,7 +35,7 @@ def saved_sweep(tmp_path: Path, limits: SweepLimits, grid: tuple[int, ...] | Non
 
 
 def test_a_warm_sweep_loses_no_request_and_counts_each_once(tmp_path: Path) -> None:
-    saved = saved_sweep(tmp_path, SweepLimits(max_level_s=60))
+    saved = saved_sweep(tmp_path, SweepLimits(max_level_s=60, warm=True))
     records = load_requests(tmp_path, attempts=kept_attempts(saved))
     indices = [r.index for recs in records.values() for r in recs]
     assert len(indices) == len(set(indices))
@@ -66,7 +66,7 @@ def test_warm_and_cold_levels_give_the_same_verdict_and_plateau() -> None:
 
 
 def test_no_drain_cancels_the_last_requests_at_the_end(tmp_path: Path) -> None:
-    saved = saved_sweep(tmp_path, SweepLimits(max_level_s=60, drain=False), grid=(4, 16))
+    saved = saved_sweep(tmp_path, SweepLimits(max_level_s=60, drain=False, warm=True), grid=(4, 16))
     last = saved.levels[-1]
     assert last.cancelled_at_end == 16 and any("cancelled at the sweep's end" in n for n in last.notes)
 

@@ -118,10 +118,11 @@ class StopRuleFlags(OptionGroup, frozen=True, kw_only=True):
                                                 rich_help_panel=SEARCH)] = "60s"
     warmup: Warmup = 0
     drain: Drain = True
-    cold_levels: Annotated[bool, typer.Option("--cold-levels", help="Start every steady level from an idle server "
-                                              "and drain it after (the behaviour before warm levels): each level "
-                                              "costs a ramp, two request cycles and a drain.",
-                                              rich_help_panel=SEARCH)] = False
+    warm_levels: Annotated[bool, typer.Option("--warm-levels/--cold-levels", help="--warm-levels: keep the server "
+                                              "loaded between steady levels (joins spread over a request cycle, "
+                                              "windows counted by token arrival, one drain at the end). Default "
+                                              "--cold-levels: every steady level starts from an idle server and "
+                                              "drains.", rich_help_panel=SEARCH)] = False
     slo: SloFlag = None
     budget: Annotated[str | None, typer.Option("--budget", help="Stop a sweep before it spends more, e.g. 10m.",
                                                rich_help_panel=SEARCH)] = None
@@ -136,7 +137,7 @@ class StopRuleFlags(OptionGroup, frozen=True, kw_only=True):
                            slos=tuple(parse_slo(self.slo)) if self.slo else (),
                            budget_s=parse_duration(self.budget, "--budget") if self.budget else None,
                            max_error_rate=self.max_error_rate, repeat=repeat, burstiness=burstiness,
-                           drain=self.drain, warm=not self.cold_levels)
+                           drain=self.drain, warm=self.warm_levels)
 
 
 ONE_LEVEL, SEARCH_DEFAULTS, STOP_DEFAULTS = LevelFlags(), SearchFlags(), StopRuleFlags()

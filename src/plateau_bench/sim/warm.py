@@ -193,14 +193,25 @@ class WarmDriver(_Driver):
                              prompt_tokens=req.prompt, output_tokens=tokens, token_source=TOKEN_SOURCE_SIM)
 
     def _token_times(self, req: SimRequest, tokens: int) -> list[float] | None:
-        """When each of the request's first ``tokens`` tokens came: its first token, then one per decode step
-        from the step it joined the batch (None after a preemption: its tokens are then spread evenly)."""
-        if req.times is not None:
-            return req.times[:tokens]
-        if req.preemptions or req.state not in (DECODE, DONE):
-            return [req.first_token] if tokens == 1 else None
-        engine = self._engines[0] if len(self._engines) == 1 else self._home_engine(req)
-        return [req.first_token, *engine._decode_times[req.base_g:req.base_g + tokens - 1]]
+        """When each of the request's first ``tokens`` tokens came. Since it (last) joined the decode batch
+        its tokens come one per decode step from that step on; those before are on the request in chunk
+        mode (``times``), else only its first token is known, and after a preemption its tokens are spread
+        evenly instead (None)."""
+        decode_times = (self._engines[0] if len(self._engines) == 1 else self._home_engine(req))._decode_times
+        if req.state == DONE:
+            if req.times is not None:
+                return req.times[:tokens]
+            return None if req.preemptions else [req.first_token, *decode_times[req.base_g:req.base_g + tokens - 1]]
+        if req.state == DECODE:
+            if req.times is not None:
+                before = req.times[:req.sent]
+            elif not req.preemptions:
+                before = [req.first_token]
+            else:
+                return None
+            return [*before, *decode_times[req.base_g:req.base_g + tokens - len(before)]]
+        known = req.times if req.times is not None else [req.first_token]
+        return known[:tokens] if len(known) >= tokens else None
 
     def _home_engine(self, req: SimRequest) -> Engine:
         return self._engines[req.rid >> 40]

@@ -61,8 +61,10 @@ OnRecord = Callable[[str, int, int, RequestRecord], None]   # label, attempt, re
 
 
 def damaged(level: LevelResult) -> bool:
-    """A level whose figures cannot stand: measured again on resume."""
-    return level.level_failed or level.completed == 0
+    """A level whose figures cannot stand: measured again on resume (a warm level may hold requests carried
+    in from the level before and still have measured nothing of its own)."""
+    measured_nothing = level.warm is not None and level.output_throughput <= 0
+    return level.level_failed or level.completed == 0 or measured_nothing
 
 
 def _gain(level: LevelResult, levels: Sequence[LevelResult]) -> float | None:

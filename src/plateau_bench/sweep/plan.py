@@ -134,7 +134,7 @@ class SweepLimits:
     repeat: int = 1                # --repeat: rounds over the levels (``sweep.loop``)
     burstiness: float = 1.0        # open loop: the rate levels' gamma shape (repeats re-measure them)
     drain: bool = True             # --no-drain: a precise steady level cancels its requests in flight
-    warm: bool = True              # steady levels keep the server loaded between them (--cold-levels: not)
+    warm: bool = False             # --warm-levels: steady levels keep the server loaded between them
 
     def validate(self, steady: bool) -> None:
         if self.budget_s is not None and steady and self.budget_s < self.min_level_s:

@@ -260,13 +260,13 @@ async def measure(prepared: Prepared, job: Job, *, metrics_url: str | None, metr
             (prepared.sessions is not None or prepared.schedule_ns):
         raise ConfigError("--workers and --ray drive single-turn load; multi-turn sessions and trace replay run "
                           "in one process for now: drop --workers/--ray")
-    async with _load_pool(prepared, workload, placement) as pool:
-        runner = HttpLevelRunner(prepared.target, prepared.source, metrics_url=metrics_url,
-                                 metrics_required=metrics_required, count_tokens=prepared.count_tokens,
-                                 progress=progress, seed=workload.seed,
-                                 gpu_metrics_urls=job.telemetry.dcgm_urls, pool=pool, sessions=prepared.sessions,
-                                 schedule_ns=prepared.schedule_ns, single=plan.single_level() is not None,
-                                 dataset_from=dataset_resumes_at(previous))
+    pool_cm = _load_pool(prepared, workload, placement)
+    async with pool_cm as pool, HttpLevelRunner(
+            prepared.target, prepared.source, metrics_url=metrics_url, metrics_required=metrics_required,
+            count_tokens=prepared.count_tokens, progress=progress, seed=workload.seed,
+            gpu_metrics_urls=job.telemetry.dcgm_urls, pool=pool, sessions=prepared.sessions,
+            schedule_ns=prepared.schedule_ns, single=plan.single_level() is not None,
+            dataset_from=dataset_resumes_at(previous)) as runner:   # closed however the sweep ends (warm levels)
         return await _run_and_save(prepared, spec, runner, job, observer, previous)
 
 

@@ -14,6 +14,7 @@ high-confidence wrong verdict, every what-if within 25 % of the engine with the 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -31,9 +32,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="processes simulating scenarios")
     parser.add_argument("--misses", action="store_true", help="list every verdict the oracle does not accept")
+    parser.add_argument("--warm-levels", action="store_true", help="sweep with warm steady levels")
     args = parser.parse_args()
     started = time.perf_counter()
     todo = scenarios(args.scenarios, args.seed) + front_end_scenarios(args.front_end, args.seed)
+    if args.warm_levels:
+        todo = [dataclasses.replace(s, warm=True) for s in todo]
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs) as pool:
             cases = list(pool.map(simulate, todo, chunksize=4))

@@ -52,6 +52,7 @@ class Scenario:
     mode: str
     max_concurrency: int
     chunks: bool
+    warm: bool = False       # steady levels measured warm (``--warm-levels``)
 
     @property
     def limits(self) -> SweepLimits:
@@ -60,7 +61,8 @@ class Scenario:
         fit = c.kv_tokens / (w.input_len + w.output_len)
         step = c.step.t0 + c.step.a * min(c.max_num_seqs, fit, self.max_concurrency)
         lifetime = w.output_len * step + w.input_len * c.step.b
-        return SweepLimits(min_level_s=MIN_LEVEL_S, max_level_s=min(MAX_LEVEL_S[1], max(MAX_LEVEL_S[0], 3 * lifetime)))
+        return SweepLimits(min_level_s=MIN_LEVEL_S, max_level_s=min(MAX_LEVEL_S[1], max(MAX_LEVEL_S[0], 3 * lifetime)),
+                           warm=self.warm)
 
     def describe(self) -> str:
         c, w, s = self.config, self.workload, self.config.step

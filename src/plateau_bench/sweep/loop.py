@@ -292,7 +292,10 @@ async def _run_one(ctx: _Context, spec: LevelSpec, label: str, attempt: int, rep
         level.goodput_rps = goodput([r for r in run.records if not r.warmup and lo <= r.end_ns <= hi],
                                     level.duration_s, ctx.limits.slos)
     level.attempt = attempt
-    ctx.state.spent_s += run.benchmark_s if run.benchmark_s is not None else time.monotonic() - started
+    spent = run.benchmark_s if run.benchmark_s is not None else time.monotonic() - started
+    ctx.state.spent_s += spent
+    if level.benchmark_s is None:   # over HTTP: the level's wall time is its benchmark time
+        level.benchmark_s = spent
     if run.warm is not None:
         ctx.warm_last = WarmLast(run, level, repeat)
     return run, level

@@ -239,7 +239,7 @@ def _overlap_s(starts: FloatArray, ends: FloatArray, w: Window) -> float:
     return float(np.clip(hi - lo, 0, None).sum()) / NS
 
 
-def _peak_overlap(intervals: list[tuple[int, int]]) -> int:
+def peak_overlap(intervals: list[tuple[int, int]]) -> int:
     """Most intervals open at one instant (an interval ending when another starts does not overlap)."""
     events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
     peak = cur = 0
@@ -359,8 +359,8 @@ def _concurrency(measured: Sequence[RequestRecord], w: Window) -> dict[str, floa
     return {
         "achieved_concurrency": _overlap_s(starts, ends, w) / length if length > 0 else 0.0,
         "decoding_concurrency": _overlap_s(d_starts, d_ends, w) / length if length > 0 else 0.0,
-        "peak_in_flight": _peak_overlap([(r.sent_ns, r.end_ns) for r in measured]),
-        "peak_decoding": _peak_overlap([(r.first_token_ns, r.chunk_ns[-1] if r.chunk_ns else r.end_ns)
+        "peak_in_flight": peak_overlap([(r.sent_ns, r.end_ns) for r in measured]),
+        "peak_decoding": peak_overlap([(r.first_token_ns, r.chunk_ns[-1] if r.chunk_ns else r.end_ns)
                                         for r in decoding if r.first_token_ns is not None]),
     }
 

@@ -32,6 +32,7 @@ from plateau_bench.analysis.metrics import (
     Window,
     compute_level,
     counts_between,
+    peak_overlap,
     sorted_first_tokens,
     sorted_tokens,
     steady_batches,
@@ -99,15 +100,6 @@ def _clipped(pairs: Sequence[tuple[int, int]], w: Window) -> list[tuple[int, int
     return [(max(a, w.start_ns), min(b, w.end_ns)) for a, b in pairs if min(b, w.end_ns) > max(a, w.start_ns)]
 
 
-def _peak(intervals: list[tuple[int, int]]) -> int:
-    events = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
-    peak = cur = 0
-    for _, delta in events:
-        cur += delta
-        peak = max(peak, cur)
-    return peak
-
-
 def _in_flight(requests: Sequence[RequestRecord], w: Window) -> dict[str, object]:
     length = w.length_s
     whole = _clipped([(r.sent_ns, r.end_ns) for r in requests], w)
@@ -115,7 +107,7 @@ def _in_flight(requests: Sequence[RequestRecord], w: Window) -> dict[str, object
                          for r in requests if r.first_token_ns is not None], w)
     return {"achieved_concurrency": sum(b - a for a, b in whole) / NS / length if length > 0 else 0.0,
             "decoding_concurrency": sum(b - a for a, b in decoding) / NS / length if length > 0 else 0.0,
-            "peak_in_flight": _peak(whole), "peak_decoding": _peak(decoding)}
+            "peak_in_flight": peak_overlap(whole), "peak_decoding": peak_overlap(decoding)}
 
 
 def _gaps_inside(r: RequestRecord, w: Window) -> tuple[float, int] | None:

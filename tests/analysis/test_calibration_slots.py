@@ -104,3 +104,11 @@ def test_one_noisy_level_is_down_weighted_and_named() -> None:
         plain = calibrate([noisy])
     assert abs(plain.parameter("a").value / clean_a - 1) > 0.10
     assert not any(n.startswith("down-weighted") for n in plain.notes)
+
+
+@pytest.mark.parametrize("bad", [-5.0, float("inf"), float("nan")])
+def test_a_bad_slot_cost_is_refused_in_one_line_naming_its_flag(bad: float) -> None:
+    from plateau_bench.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--slot-us must be a finite number >= 0"):
+        server(4).with_overrides(slot_us=bad)

@@ -135,6 +135,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
         if c_us is not None:
             step_changes["c"] = c_us / 1e6
         if slot_us is not None:
+            if not (math.isfinite(slot_us) and slot_us >= 0):
+                raise ConfigError(f"--slot-us must be a finite number >= 0 microseconds (got {slot_us:g})")
             step_changes["s"] = slot_us / 1e6
         if step_changes:
             changes["step"] = msgspec.structs.replace(self.step, **step_changes)

@@ -320,6 +320,16 @@ def attempts_on_disk(path: str | Path) -> dict[str, int]:
     return out
 
 
+def records_on_disk(path: str | Path) -> dict[tuple[str, int], int]:
+    """(label, attempt) -> how many request records of its first repeat are on disk (whole lines only)."""
+    out: dict[tuple[str, int], int] = {}
+    for item in _request_lines(path):
+        if item.repeat == 1:
+            key = (item.level, item.attempt)
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
 def repeats_on_disk(path: str | Path) -> dict[tuple[str, int], int]:
     """(label, attempt) -> the highest repeat that wrote request records (an interrupted one included)."""
     out: dict[tuple[str, int], int] = {}

@@ -307,3 +307,28 @@ def test_max_level_time_bounds_a_level_whose_requests_never_finish(cli: Cli, tmp
     assert level.errors.get("hung") == 4 and level.wall_s <= 3.0 + 0.5
     assert any("--max-level-time (3 s)" in n for n in level.notes), level.notes
     assert took < 3.0 + 15.0   # start, analysis and saving; the old drain took 3 s more, the client 600 s
+
+
+@pytest.mark.timeout(120)
+def test_resume_measures_again_a_level_whose_records_the_disk_did_not_keep(cli: Cli, tmp_path: Path) -> None:
+    """A full disk can keep a level's summary (a small file) and lose the end of its records (a large one):
+    resuming measures that level again instead of keeping a summary whose requests are not all on disk."""
+    config = get_preset("tiny").with_overrides(max_num_seqs=8)
+    out = tmp_path / "run"
+    grid = ["--concurrency", "2,4"]
+    with start_sim_server(config, speed=4.0) as twin:
+        first = cli("sweep", "--url", twin.url, "--out", str(out), *FAST, *grid)
+        assert first.exit_code == 0, first.output
+        requests = out / "requests.jsonl"
+        lines = requests.read_bytes().splitlines(keepends=True)
+        c2_lines = [i for i, line in enumerate(lines) if json.loads(line)["level"] == "C=2"]
+        del lines[c2_lines[-1]]   # the last record of C=2 never reached the disk
+        requests.write_bytes(b"".join(lines))
+        resumed = cli("sweep", "--url", twin.url, "--resume", str(out), *FAST, *grid)
+        assert resumed.exit_code == 0, resumed.output
+    result = load_result(out)
+    attempts = {lv.label: lv.attempt for lv in result.levels}
+    assert attempts == {"C=2": 2, "C=4": 1}
+    kept_records = load_requests(out, attempts=kept_attempts(result))
+    for lv in result.levels:
+        assert len(kept_records[lv.label]) == lv.num_requests

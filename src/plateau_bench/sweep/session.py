@@ -46,6 +46,7 @@ from plateau_bench.store import (
     host_info,
     load_result,
     now_utc,
+    records_on_disk,
     repeats_on_disk,
     tool_info,
 )
@@ -217,7 +218,10 @@ def check_resume(out_dir: Path, spec: RunSpec) -> list[LevelResult]:
     diffs = spec_differences(_comparable(saved.spec), _comparable(spec))
     if diffs:
         raise ConfigError(f"--resume {out_dir}: made with another spec ({'; '.join(diffs[:3])})")
-    return list(saved.levels)
+    # A disk that filled as a level was saved can keep its summary but not all of its records: such a
+    # level is measured again, so every level kept has each of its requests on disk.
+    on_disk = records_on_disk(out_dir)
+    return [lv for lv in saved.levels if on_disk.get((lv.label, lv.attempt), 0) >= lv.num_requests]
 
 
 def _attempts(out_dir: Path | None, previous: Sequence[LevelResult]) -> dict[str, int]:

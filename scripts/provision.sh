@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Provision the real servers for the integration tests: scripts/provision.sh [vllm] [llamacpp]
-# (both when none is named).
+# Provision the real servers and peer tools for the integration tests:
+# scripts/provision.sh [vllm] [llamacpp] [peers] (all three when none is named).
 #
 # The provisionings run in parallel (vLLM's install is network- and disk-bound, llama.cpp's build is
 # CPU-bound), each logging to $PLATEAU_CACHE/logs/provision-<name>.log and leaving its outcome in
@@ -14,14 +14,14 @@ status_dir="$PLATEAU_CACHE/status"
 mkdir -p "$status_dir"
 
 names=("$@")
-[ "${#names[@]}" -eq 0 ] && names=(vllm llamacpp)
+[ "${#names[@]}" -eq 0 ] && names=(vllm llamacpp peers)
 export PLATEAU_APT_STAMP="$PLATEAU_CACHE/.apt-updated.$$"
 
 declare -A pids started
 for name in "${names[@]}"; do
   case "$name" in
-    vllm | llamacpp) ;;
-    *) echo "unknown server '$name' (expected vllm or llamacpp)" >&2; exit 2 ;;
+    vllm | llamacpp | peers) ;;
+    *) echo "unknown name '$name' (expected vllm, llamacpp or peers)" >&2; exit 2 ;;
   esac
   logfile="$PLATEAU_LOG_DIR/provision-$name.log"
   echo "running" >"$status_dir/$name"

@@ -1,4 +1,4 @@
-"""``plateau report DIR... [--html FILE] [--png DIR] [--format md|csv|json [--output FILE]]``.
+"""``plateau report DIR... [--html FILE] [--png DIR] [--format md|csv|json|vllm-json|llm-d [--output FILE]]``.
 
 Presents saved results: an offline HTML report, PNG images of the main plots, or the level tables
 for a pull request, a spreadsheet or a script. Without any of these it prints the level table of
@@ -19,6 +19,7 @@ from plateau_bench.commands.groups import grouped
 from plateau_bench.commands.options import wide_console
 from plateau_bench.errors import ConfigError
 from plateau_bench.importers import vllm_json_lines
+from plateau_bench.importers.llmd_export import llmd_yaml
 from plateau_bench.report.html import check_writable, render_html, write_text
 from plateau_bench.report.plots import write_pngs
 from plateau_bench.report.tables import FORMATS, render_table
@@ -31,6 +32,14 @@ from plateau_bench.store import load_runs
 def _vllm_json(runs: list[ReportRun]) -> str:
     """Each run's levels in vLLM's bench result keys, with per-request lists where records were saved."""
     return "".join(vllm_json_lines(run.result, run.records(telemetry=False).requests) for run in runs)
+
+
+def _llmd(runs: list[ReportRun]) -> str:
+    """Each level of each run as an llm-d Benchmark Report, one YAML document per level."""
+    return "---\n".join(text for run in runs if (text := llmd_yaml(run.result)))
+
+
+_EXPORTS = {"vllm-json": _vllm_json, "llm-d": _llmd}
 
 
 def _place(run: ReportRun, rf: Roofline) -> None:
@@ -51,16 +60,18 @@ def report_cmd(
     png_dir: Annotated[Path | None, typer.Option("--png", help="Write throughput, latency and frontier "
                                                  "plots as PNG into this directory.")] = None,
     fmt: Annotated[str | None, typer.Option("--format", help="Print the level tables as md, csv or json, "
-                                            "or the levels as vLLM bench result objects (vllm-json, one "
-                                            "per line; plateau import reads them back).")] = None,
+                                            "the levels as vLLM bench result objects (vllm-json, one "
+                                            "per line), or as llm-d Benchmark Reports 0.2 (llm-d, one "
+                                            "YAML document per level); plateau import reads both back.")
+                   ] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the --format tables to "
                                                 "this file instead of stdout.")] = None,
     hardware: r.RooflineFlags = r.NO_ROOFLINE,
 ) -> None:
     """Report saved results: HTML with plots, PNG images, or md/csv/json tables."""
     ceiling = hardware.ceiling()
-    if fmt is not None and fmt not in (*FORMATS, "vllm-json"):
-        raise ConfigError(f"unknown --format {fmt!r}: choose one of {', '.join(FORMATS)}, vllm-json")
+    if fmt is not None and fmt not in (*FORMATS, *_EXPORTS):
+        raise ConfigError(f"unknown --format {fmt!r}: choose one of {', '.join((*FORMATS, *_EXPORTS))}")
     if output is not None and fmt is None:
         raise ConfigError("--output writes the --format tables: give --format md, csv or json too")
     # Refuse an unwritable destination before spending time on loading and drawing.
@@ -79,7 +90,7 @@ def report_cmd(
         for path in write_pngs(runs, png_dir):
             typer.echo(f"wrote {path}", err=True)
     if fmt is not None:
-        text = _vllm_json(runs) if fmt == "vllm-json" else render_table(runs, fmt)
+        text = _EXPORTS[fmt](runs) if fmt in _EXPORTS else render_table(runs, fmt)
         if output is not None:
             write_text(output, text)
             typer.echo(f"wrote {output}", err=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from plateau_bench.errors import ConfigError, PlateauError
-from plateau_bench.importers import aiperf, guidellm, inference_perf, sglang, table, vllm
+from plateau_bench.importers import aiperf, guidellm, inference_perf, llmd, sglang, table, vllm
 from plateau_bench.importers.common import (
     Imported,
     ImportedLevel,
@@ -26,7 +26,7 @@ from plateau_bench.importers.common import (
     read_text,
     unique_label,
 )
-from plateau_bench.importers.detect import FORMATS, detect, expand, is_json
+from plateau_bench.importers.detect import FORMATS, YAML_SUFFIXES, detect, expand, is_json
 from plateau_bench.importers.export import to_vllm_json, vllm_json_lines
 
 __all__ = [
@@ -67,6 +67,17 @@ def _aiperf(groups: dict[Path, dict[str, list[tuple[Any, Where]]]], opts: Import
     return levels
 
 
+def _llmd(values: list[tuple[Any, Where]], opts: ImportOptions) -> tuple[list[ImportedLevel], dict[str, Any]]:
+    levels: list[ImportedLevel] = []
+    meta: dict[str, Any] = {}
+    for value, where in values:
+        if not llmd.is_report(value):
+            raise where.missing("results.request_performance", "an llm-d Benchmark Report")
+        levels.append(llmd.report_level(value, where, opts))
+        meta = meta or {"model": llmd.model(value)}
+    return levels, meta
+
+
 def _json(path: Path, text: str, fmt: str, values: list[tuple[Any, Where]], opts: ImportOptions,
           aiperf_groups: dict[Path, dict[str, list[tuple[Any, Where]]]]) -> tuple[list[ImportedLevel], dict[str, Any]]:
     if fmt == "vllm":
@@ -75,6 +86,8 @@ def _json(path: Path, text: str, fmt: str, values: list[tuple[Any, Where]], opts
         return sglang.load(path, values, opts)
     if fmt == "guidellm":
         return guidellm.load(path, text, values, opts)
+    if fmt == "llm-d":
+        return _llmd(values, opts)
     if fmt == "inference-perf":
         levels = []
         for value, where in values:
@@ -114,6 +127,9 @@ def _one_file(path: Path, fmt: str | None, opts: ImportOptions,
         raise ConfigError(f"{path}: empty file")
     kind = fmt or "table"
     try:
+        if fmt == "llm-d" or (fmt is None and path.suffix.lower() in YAML_SUFFIXES and not is_json(text)):
+            levels, meta = _llmd(llmd.yaml_values(path, text), opts)
+            return levels, meta, "llm-d"
         if kind != "table" or (fmt is None and is_json(text)):
             values = json_values(path, text)
             kind = fmt or detect(path, values)

@@ -7,6 +7,8 @@ JSON (one document, JSON lines, or documents appended one per line):
   metric blocks (``{"unit", "avg", ...}``, at the top or under ``records``): AIPerf;
 * ``{"load_summary", "successes", "failures"}``, or a list of ``{"start_time", "end_time", "info"}``:
   inference-perf;
+* ``{"version", "run", "results": {"request_performance": ...}}``: an llm-d Benchmark Report (also as YAML,
+  ``.yaml``/``.yml``, one report per document);
 * ``{"duration", "completed", ...}``: vLLM or SGLang, told apart by the keys only one of them writes
   (vLLM: ``*_e2el_ms``, ``num_prompts``, ``model_id``, ``request_inthroughput``, ...; SGLang:
   ``*_e2e_latency_ms``, ``dataset_name``, ``random_input_len``, ``concurrency``, ...).
@@ -20,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.importers import aiperf, guidellm, inference_perf, sglang, vllm
+from plateau_bench.importers import aiperf, guidellm, inference_perf, llmd, sglang, vllm
 from plateau_bench.importers.common import Where
 
-FORMATS = ("vllm", "sglang", "guidellm", "aiperf", "inference-perf", "table")
-SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".md", ".markdown", ".txt")
+FORMATS = ("vllm", "sglang", "guidellm", "aiperf", "inference-perf", "llm-d", "table")
+SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".md", ".markdown", ".txt", ".yaml", ".yml")
+YAML_SUFFIXES = (".yaml", ".yml")
 
 
 def is_json(text: str) -> bool:
@@ -39,6 +42,8 @@ def detect(path: Path, values: list[tuple[Any, Where]]) -> str:
     if inference_perf.is_per_request(first):
         return "inference-perf"
     if isinstance(first, dict):
+        if llmd.is_report(first):
+            return "llm-d"
         if guidellm.score(first):
             return "guidellm"
         if aiperf.is_record(first) or aiperf.is_aggregate(first):
@@ -48,7 +53,8 @@ def detect(path: Path, values: list[tuple[Any, Where]]) -> str:
         v, s = vllm.score(first), sglang.score(first)
         if v or s:
             return "vllm" if v >= s else "sglang"
-    raise where.fail("not a result file plateau import knows (vLLM, SGLang, GuideLLM, AIPerf, inference-perf); "
+    raise where.fail("not a result file plateau import knows (vLLM, SGLang, GuideLLM, AIPerf, inference-perf, "
+                     "llm-d); "
                      f"name its tool with --from ({', '.join(FORMATS)})")
 
 
@@ -63,6 +69,8 @@ def _companions(files: list[Path]) -> dict[Path, str]:
             skip[f] = "the tool's inputs or a copy of its results, not results"
         elif f.suffix.lower() == ".csv" and names & {"profile_export_aiperf.json", "benchmarks.json"}:
             skip[f] = "the CSV twin of the JSON results next to it"
+        elif f.suffix.lower() in YAML_SUFFIXES and not llmd.is_report_file(f):
+            skip[f] = "a YAML file that is not an llm-d Benchmark Report (a tool's configuration)"
         elif staged and n in ("summary_lifecycle_metrics.json", "per_request_lifecycle_metrics.json"):
             skip[f] = "the per-stage reports next to it are read instead"
     return skip

@@ -16,7 +16,7 @@ import pytest
 from support.loading import Cli, invoke
 
 SLOW_S = 3.0  # the README checks take ~2 s (two CLI processes) and belong in the loop
-EXPENSIVE_MARKERS = ("slow", "real_server", "browser")
+EXPENSIVE_MARKERS = ("slow", "real_server", "browser", "peer")
 
 _seconds: defaultdict[str, float] = defaultdict(float)
 

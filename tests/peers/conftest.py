@@ -2,8 +2,8 @@
 bench) against serve-sim with an admission cap drawn at random, imports exactly what the tool wrote, and
 requires the verdict to name that cap.
 
-Every test collected here gets the ``peer`` marker (``scripts/test`` runs them; the inner loop leaves
-them out) and a timeout of PEER_TIMEOUT_S unless it sets its own.
+Every test collected here gets the ``peer`` and ``slow`` markers (``scripts/test`` runs them; the inner
+loop, which leaves slow tests out, leaves them out too) and a timeout of PEER_TIMEOUT_S unless it sets its own.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.peer)
+            item.add_marker(pytest.mark.slow)
             if item.get_closest_marker("timeout") is None:
                 item.add_marker(pytest.mark.timeout(PEER_TIMEOUT_S))
 

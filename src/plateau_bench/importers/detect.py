@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.importers import aiperf, guidellm, inference_perf, sglang, vllm
+from plateau_bench.importers import aiperf, guidellm, guidellm_files, inference_perf, sglang, vllm
 from plateau_bench.importers.common import Where
 
 FORMATS = ("vllm", "sglang", "guidellm", "aiperf", "inference-perf", "table")
@@ -65,6 +65,7 @@ def _companions(files: list[Path]) -> dict[Path, str]:
             skip[f] = "the CSV twin of the JSON results next to it"
         elif staged and n in ("summary_lifecycle_metrics.json", "per_request_lifecycle_metrics.json"):
             skip[f] = "the per-stage reports next to it are read instead"
+    skip.update({f: why for f, why in guidellm_files.companions(files).items() if f not in skip})
     return skip
 
 
@@ -74,11 +75,11 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
     skipped: list[str] = []
     for p in paths:
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in SUFFIXES
-                           and not f.name.startswith("."))
-            skip = _companions(found)
+            every = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+            skip = _companions(every)
             skipped.extend(f"skipped {f}: {why}" for f, why in skip.items())
-            found = [f for f in found if f not in skip]
+            found = [f for f in every if f not in skip
+                     and (f.suffix.lower() in SUFFIXES or guidellm_files.is_results(f))]
             if not found:
                 raise ConfigError(f"{p}: no result files in this directory ({', '.join(SUFFIXES)})")
             out.extend(found)

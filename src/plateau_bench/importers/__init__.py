@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from plateau_bench.errors import ConfigError, PlateauError
-from plateau_bench.importers import aiperf, guidellm, inference_perf, llmd, sglang, table, vllm
+from plateau_bench.importers import aiperf, guidellm, guidellm_files, inference_perf, llmd, sglang, table, vllm
 from plateau_bench.importers.common import (
     Imported,
     ImportedLevel,
@@ -127,6 +127,10 @@ def _one_file(path: Path, fmt: str | None, opts: ImportOptions,
         raise ConfigError(f"{path}: empty file")
     kind = fmt or "table"
     try:
+        other = guidellm_files.sniff(path, text) if fmt in (None, "guidellm") and not is_json(text) else None
+        if other is not None:   # GuideLLM's CSV or YAML results, or a companion it names in one line
+            levels, meta = guidellm_files.load(path, text, other, opts)
+            return levels, meta, "guidellm"
         if fmt == "llm-d" or (fmt is None and path.suffix.lower() in YAML_SUFFIXES and not is_json(text)):
             levels, meta = _llmd(llmd.yaml_values(path, text), opts)
             return levels, meta, "llm-d"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.importers import aiperf, guidellm, inference_perf, llmd, sglang, vllm
+from plateau_bench.importers import aiperf, guidellm, guidellm_files, inference_perf, llmd, sglang, vllm
 from plateau_bench.importers.common import Where
 
 FORMATS = ("vllm", "sglang", "guidellm", "aiperf", "inference-perf", "llm-d", "table")
@@ -69,10 +69,11 @@ def _companions(files: list[Path]) -> dict[Path, str]:
             skip[f] = "the tool's inputs or a copy of its results, not results"
         elif f.suffix.lower() == ".csv" and names & {"profile_export_aiperf.json", "benchmarks.json"}:
             skip[f] = "the CSV twin of the JSON results next to it"
-        elif f.suffix.lower() in YAML_SUFFIXES and not llmd.is_report_file(f):
+        elif f.suffix.lower() in YAML_SUFFIXES and not llmd.is_report_file(f) and not guidellm_files.is_results(f):
             skip[f] = "a YAML file that is not an llm-d Benchmark Report (a tool's configuration)"
         elif staged and n in ("summary_lifecycle_metrics.json", "per_request_lifecycle_metrics.json"):
             skip[f] = "the per-stage reports next to it are read instead"
+    skip.update({f: why for f, why in guidellm_files.companions(files).items() if f not in skip})
     return skip
 
 
@@ -82,11 +83,11 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
     skipped: list[str] = []
     for p in paths:
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in SUFFIXES
-                           and not f.name.startswith("."))
-            skip = _companions(found)
+            every = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+            skip = _companions(every)
             skipped.extend(f"skipped {f}: {why}" for f, why in skip.items())
-            found = [f for f in found if f not in skip]
+            found = [f for f in every if f not in skip
+                     and (f.suffix.lower() in SUFFIXES or guidellm_files.is_results(f))]
             if not found:
                 raise ConfigError(f"{p}: no result files in this directory ({', '.join(SUFFIXES)})")
             out.extend(found)

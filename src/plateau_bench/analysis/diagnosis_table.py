@@ -208,9 +208,9 @@ def summary_verdict(sweep: Sweep, kv_room: KvRoom | None = None, lengths: Length
     top = sweep.top
     held = _held_batch(top)
     growing = None if held else _growing_batch(top)
-    how = "the decoding batch from tok/s and TPOT" if held or growing else "so the decoding batch is unknown"
+    how = "; the decoding batch from tok/s and TPOT" if held or growing else ", so the decoding batch is unknown"
     ev = [f"plateau ~{sweep.plateau.throughput:,.0f} tok/s from C={n} (from level summaries: no per-request "
-          f"times; {how})"]
+          f"times{how})"]
     waves = _waves(top, n)
     queued = _queued(top)
     if held is None and growing is not None:

@@ -271,6 +271,9 @@ class LevelResult(msgspec.Struct, kw_only=True):
     repeat_stats: RepeatStats | None = None
     warm: WarmLevelInfo | None = None        # measured warm (the server kept loaded from the level before)
     verdict_then: str | None = None          # the verdict's headline as it stood once this level was in
+    # Figures (field names above) its source did not measure: a level summary without per-request times
+    # (``plateau import``). Their 0 is a placeholder, shown as unknown; empty for a measured level.
+    unmeasured: list[str] = msgspec.field(default_factory=list)
 
 
 class Plateau(msgspec.Struct, frozen=True):

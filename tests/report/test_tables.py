@@ -27,10 +27,10 @@ def _level(label: str, mode: str, c: int, tps: float, ttft: float, tpot: float, 
 
 
 GOLDEN = """\
-| level | mode | concurrency | ok | failed | hung | output_tok_s | total_tok_s | peak_output_tok_s | achieved_concurrency | decoding_concurrency | ttft_p50_ms | ttft_p99_ms | tpot_mean_ms | tpot_p99_ms | e2e_p50_ms | e2e_p99_ms | wall_s | server_queue_mean_ms | server_prefill_mean_ms | server_decode_mean_ms | outside_engine_ms | tokens_per_step | output_tok_per_j | j_per_output_tok | power_pct_of_limit | sm_clock_pct_of_max |
-|:---|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
-| c1 | steady | 1 | 1 | 0 | 0 | 71.0 | 142.0 | 106.5 | 1.0 | 0.9 | 40.0 | 80.0 | 14.00 | 17.50 | 7,200.0 | 10,800.0 | 33.1 | - | - | - | - | - | - | - | - | - |
-| c256 | burst | 256 | 256 | 0 | 0 | 3,962.8 | 7,925.6 | 5,944.2 | 250.9 | 230.4 | 812.5 | 1,625.0 | 64.20 | 80.25 | 32,880.0 | 49,320.0 | 33.1 | - | - | - | - | - | - | - | - | - |
+| level | mode | concurrency | ok | failed | hung | output_tok_s | total_tok_s | peak_output_tok_s | achieved_concurrency | decoding_concurrency | ttft_p50_ms | ttft_p99_ms | tpot_mean_ms | tpot_p99_ms | e2e_p50_ms | e2e_p99_ms | wall_s | server_queue_mean_ms | server_prefill_mean_ms | server_decode_mean_ms | outside_engine_ms | tokens_per_step | output_tok_per_j | j_per_output_tok | power_pct_of_limit | sm_clock_pct_of_max | ttft_mean_ms | itl_mean_ms | e2e_mean_ms |
+|:---|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| c1 | steady | 1 | 1 | 0 | 0 | 71.0 | 142.0 | 106.5 | 1.0 | 0.9 | 40.0 | 80.0 | 14.00 | 17.50 | 7,200.0 | 10,800.0 | 33.1 | - | - | - | - | - | - | - | - | - | - | - | - |
+| c256 | burst | 256 | 256 | 0 | 0 | 3,962.8 | 7,925.6 | 5,944.2 | 250.9 | 230.4 | 812.5 | 1,625.0 | 64.20 | 80.25 | 32,880.0 | 49,320.0 | 33.1 | - | - | - | - | - | - | - | - | - | - | - | - |
 """  # noqa: E501
 
 

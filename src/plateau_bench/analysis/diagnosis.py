@@ -10,7 +10,9 @@ because an earlier one makes the later figures meaningless:
 2. **A prefix cache the workload did not ask for** (``diagnosis_cache``): the server found far more of
    the prompt tokens cached than the workload repeats, so the levels measure cache hits.
 3. **Errors / rate limiting**: failures grow with load; the verdict names the statuses it saw.
-4. **Not saturated yet**: throughput still grows.
+4. **Not saturated yet**: throughput still grows. Levels with no per-request times (level summaries: a
+   table, another tool's report) are read by ``diagnosis_table`` from here on: the decoding batch by
+   Little's law on tokens and the queue in front of it, weighed against the KV cache's size when known.
 5. **Admission limits**, weighed together:
 
    * the *cap* signature (``diagnosis_cap``): decoding concurrency pinned at N while C grows;
@@ -38,6 +40,7 @@ went: queue, prefill, or outside the engine (``diagnosis_split``).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from plateau_bench.analysis.diagnosis_cache import cache_fault
 from plateau_bench.analysis.diagnosis_cap import CapSign, cap_signature, cap_what_if
@@ -55,12 +58,14 @@ from plateau_bench.analysis.diagnosis_common import (
 from plateau_bench.analysis.diagnosis_compute import PREFILL_BOUND, compute_verdict, prefill_estimate, prefill_verdict
 from plateau_bench.analysis.diagnosis_front_end import front_end_verdict
 from plateau_bench.analysis.diagnosis_kv import KvSign, history_evidence, kv_needed, kv_signature
+from plateau_bench.analysis.diagnosis_kv_room import KvRoom, Lengths
 from plateau_bench.analysis.diagnosis_split import time_split_evidence
 from plateau_bench.analysis.diagnosis_table import summaries_only, summary_verdict
 from plateau_bench.analysis.gpu import gpu_evidence, gpu_suggestions
 from plateau_bench.analysis.open_loop import open_loop_verdict
 from plateau_bench.analysis.plateau import Point, find_knee, find_plateau
 from plateau_bench.analysis.roofline_place import place_on_roofline
+from plateau_bench.analysis.unmeasured import counted
 from plateau_bench.result import Confidence, Knee, LevelResult, Plateau, RateSummary, Verdict
 from plateau_bench.roofline import Roofline
 
@@ -214,6 +219,13 @@ def _limits(s: Sweep) -> Verdict:
     return v
 
 
+class KvCheck(NamedTuple):
+    """What level summaries weigh a held batch against: the KV cache's size and the run's stated lengths."""
+
+    room: KvRoom | None
+    lengths: Lengths | None
+
+
 def _still_growing(s: Sweep, v: Verdict) -> None:
     """A plateau whose last doubling still gained >= 10 % (within its noise) is not a sure one."""
     last = s.levels[-1]
@@ -232,23 +244,29 @@ def _still_growing(s: Sweep, v: Verdict) -> None:
 
 def diagnose(levels: Sequence[LevelResult], *, engine: str | None = None, plateau_gain: float = 0.05,
              plateau: Plateau | None = None, knee: Knee | None = None,
-             open_loop: RateSummary | None = None, roofline: Roofline | None = None) -> Verdict:
+             open_loop: RateSummary | None = None, roofline: Roofline | None = None,
+             kv_room: KvRoom | None = None, lengths: Lengths | None = None) -> Verdict:
     """The verdict for a sweep's levels (see the module docstring for the signatures and their order).
 
     The load-generator and error checks read every level, one alone included: a single level that
     failed or whose client stalled says so. ``open_loop`` (a rate sweep's summary) ends with what an
     open loop can show when neither fired. ``roofline``: say where the plateau sits against the
-    hardware's ceiling and keep the what-if under it (``analysis.roofline_place``).
+    hardware's ceiling and keep the what-if under it (``analysis.roofline_place``). ``kv_room``: the KV
+    cache's size, which level summaries weigh a held batch against (``diagnosis_kv_room``); the
+    roofline's estimate when not given. ``lengths``: the prompt and output lengths stated for the run
+    (``stated_lengths``), for levels that do not carry their own.
     """
-    v = _verdict(levels, engine, plateau_gain, plateau, knee, open_loop)
+    if kv_room is None and roofline is not None:
+        kv_room = KvRoom.of_roofline(roofline)
+    v = _verdict(levels, engine, plateau_gain, plateau, knee, open_loop, KvCheck(kv_room, lengths))
     v.gpu_evidence = gpu_evidence(levels, v.constraint)
     v.suggestions.extend(gpu_suggestions(levels, v.constraint))
     return place_on_roofline(levels, plateau, v, roofline) if roofline is not None else v
 
 
 def _verdict(levels: Sequence[LevelResult], engine: str | None, plateau_gain: float, plateau: Plateau | None,
-             knee: Knee | None, open_loop: RateSummary | None) -> Verdict:
-    measured = [lv for lv in levels if lv.num_requests > 0]
+             knee: Knee | None, open_loop: RateSummary | None, kv: KvCheck) -> Verdict:
+    measured = [lv for lv in levels if lv.num_requests > 0 or counted(lv)]   # a table may count no request
     lvls = by_concurrency(levels)
     for check in (load_generator, cache_fault, errors):
         v = check(measured if open_loop is not None else lvls or measured)
@@ -260,7 +278,7 @@ def _verdict(levels: Sequence[LevelResult], engine: str | None, plateau_gain: fl
         return Verdict("insufficient_data", "one level is not enough to say why throughput stops growing",
                        "low", [f"{len(lvls)} usable level(s)"],
                        suggestions=["run a sweep: plateau sweep --url ..."])
-    lvls = [lv for lv in lvls if not lv.level_failed and lv.completed > 0]
+    lvls = [lv for lv in lvls if not lv.level_failed and counted(lv)]
     if len(lvls) < 2:
         return Verdict("insufficient_data", "fewer than two levels succeeded: not enough to say why", "low",
                        [f"{len(lvls)} successful level(s)"], suggestions=["fix the failures, then sweep again"])
@@ -278,5 +296,7 @@ def _verdict(levels: Sequence[LevelResult], engine: str | None, plateau_gain: fl
     top = [lv for lv in lvls if conc(lv) >= plateau.concurrency] or lvls[-1:]
     sweep = Sweep(lvls, plateau, knee or find_knee(points, plateau), engine, top, prefill_estimate(lvls, top))
     if summaries_only(sweep):
-        return summary_verdict(sweep)
+        v = summary_verdict(sweep, kv.room, kv.lengths)
+        _still_growing(sweep, v)
+        return v
     return _limits(sweep)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from plateau_bench.analysis.unmeasured import counted
 from plateau_bench.result import Knee, LevelResult, Plateau
 
 ENGINE_FLAGS: dict[str, dict[str, str]] = {
@@ -54,10 +55,11 @@ def at(level: LevelResult) -> str:
 
 
 def by_concurrency(levels: Sequence[LevelResult]) -> list[LevelResult]:
-    """One level per concurrency (the last one given), in concurrency order."""
+    """One level per concurrency (the last one given), in concurrency order: levels that sent requests, or
+    served tokens without counting them (a table of tok/s)."""
     by_c: dict[int, LevelResult] = {}
     for lv in levels:
-        if lv.concurrency and lv.num_requests > 0:
+        if lv.concurrency and (lv.num_requests > 0 or counted(lv)):
             by_c[lv.concurrency] = lv
     return [by_c[c] for c in sorted(by_c)]
 

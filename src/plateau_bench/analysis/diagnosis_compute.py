@@ -31,6 +31,7 @@ from plateau_bench.analysis.diagnosis_common import (
 from plateau_bench.result import Confidence, LevelResult, Verdict
 
 PREFILL_BOUND = 0.5       # prefill share of the engine's time that makes it the limit
+ROSE = 1.1                # a decoding batch that grew less than this over the plateau did not rise
 PREFILL_UNSURE = (0.35, 0.65)
 LOWEST_C = 2              # the prefill cost is read from a level of at most this concurrency
 
@@ -101,15 +102,27 @@ def prefill_verdict(s: Sweep, pre: Prefill) -> Verdict:
     return v
 
 
+def _fine(v: float) -> str:
+    return f"{v:,.0f}" if v >= 20 else f"{v:.1f}"
+
+
+def _fine_ms(v: float | None) -> str:
+    """A time per token, in ms with three significant figures below 100 ms (TPOTs can be fractions of one)."""
+    return ms(v) if v is None or v >= 100 else f"{v:.3g} ms"
+
+
 def compute_verdict(s: Sweep) -> Verdict:
     top = s.top
     first, last = top[0], top[-1]
     batch_ratio = last.decoding_concurrency / max(first.decoding_concurrency, 1e-9)
     tpot_ratio = (last.tpot_ms.mean or 0) / max(first.tpot_ms.mean or 0, 1e-9)
-    ev = [f"decoding concurrency kept rising: {first.decoding_concurrency:.0f} -> {last.decoding_concurrency:.0f} "
+    # Each line says what the figures did: a batch that held still is not called rising.
+    rose = "kept rising" if batch_ratio >= ROSE else "did not rise"
+    in_step = batch_ratio >= ROSE and 0.75 < tpot_ratio / batch_ratio < 1.33
+    ev = [f"decoding concurrency {rose}: {_fine(first.decoding_concurrency)} -> {_fine(last.decoding_concurrency)} "
           f"from C={conc(first)} to C={conc(last)}",
-          f"TPOT rose in proportion: {ms(first.tpot_ms.mean)} -> {ms(last.tpot_ms.mean)} "
-          f"({tpot_ratio:.1f}x for {batch_ratio:.1f}x the batch)",
+          f"TPOT {'rose in proportion' if in_step else 'moved'}: {_fine_ms(first.tpot_ms.mean)} -> "
+          f"{_fine_ms(last.tpot_ms.mean)} ({tpot_ratio:.1f}x for {batch_ratio:.1f}x the batch)",
           f"throughput flat at ~{s.plateau.throughput:,.0f} tok/s"]
     if any(lv.telemetry.waiting_mean is not None for lv in top):
         ev.append(f"server waiting queue ~{last.telemetry.waiting_mean or 0.0:.1f}: requests are admitted")
@@ -127,6 +140,9 @@ def compute_verdict(s: Sweep) -> Verdict:
                      f"tune step efficiency: {flag(s.engine, 'batch')}" if s.engine in ("vllm", "sglang", "llamacpp",
                                                                                         "tgi") else
                      "tune the engine's batching (CUDA graphs, batched tokens per step)"])
+    if batch_ratio < ROSE:
+        v.to_separate.append("the decoding batch did not grow over the plateau: something that holds it (a cap, the "
+                             "KV cache) may bind instead; the running count on /metrics would show it")
     if not shared:
         v.evidence.append(f"per-request TPOT spreads (p99 {spreads[len(spreads) // 2]:.1f}x the median): requests do "
                           "not all share one batch")

@@ -10,6 +10,7 @@ import typer
 
 from plateau_bench.analysis.diagnosis import diagnose
 from plateau_bench.analysis.diagnosis_common import mean_lengths
+from plateau_bench.analysis.diagnosis_kv_room import KvRoom, stated_lengths
 from plateau_bench.analysis.open_loop import rate_summary
 from plateau_bench.analysis.plateau import plateau_and_knee
 from plateau_bench.analysis.roofline_place import place_on_roofline
@@ -61,8 +62,12 @@ def diagnose_cmd(
     search = sweep.search if sweep is not None else SearchSettings()
     plateau, knee = plateau_and_knee(levels, search)
     open_loop = rate_summary(levels) if sweep is not None and sweep.mode == "rate" else None
+    # The roofline's KV-cache size is weighed by the verdict itself (level summaries: a held batch against it);
+    # its placement against the hardware comes last, after any twin what-if.
     verdict = diagnose(levels, engine=result.target.engine, plateau_gain=search.plateau_gain,
-                       plateau=plateau, knee=knee, open_loop=open_loop)
+                       plateau=plateau, knee=knee, open_loop=open_loop,
+                       kv_room=KvRoom.of_roofline(ceiling) if ceiling is not None else None,
+                       lengths=stated_lengths(result))
     if calibrated is not None:
         verdict = _twin_what_if(calibrated, verdict, result)
     if ceiling is not None:

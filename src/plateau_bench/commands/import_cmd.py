@@ -15,6 +15,7 @@ import msgspec
 import typer
 
 from plateau_bench.analysis.plateau import plateau_and_knee
+from plateau_bench.analysis.unmeasured import summary_unmeasured
 from plateau_bench.commands.answer_flags import AS_GIVEN, GivenLengths
 from plateau_bench.commands.groups import grouped
 from plateau_bench.commands.options import Json, Overwrite, wide_console
@@ -48,6 +49,9 @@ def result_of(imported: Imported) -> ResultFile:
         "output_len": "given" if imported.output_len else "unknown (the default is shown)"}
     spec = RunSpec(workload=workload, prompt_tokens_source=f"imported ({', '.join(imported.formats)})",
                    prompt_accuracy=accuracy)
+    for lv in imported.levels:
+        if not lv.records:   # a level summary: the figures its source left at 0 are unknown, said in the file
+            lv.level.unmeasured = summary_unmeasured(lv.level)
     levels = [lv.level for lv in imported.levels]
     plateau, knee = plateau_and_knee(levels, SearchSettings())
     # No verdict is stored: ``plateau diagnose`` derives it from the levels, with the analysis of the day.

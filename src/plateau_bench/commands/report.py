@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from plateau_bench.analysis.diagnosis import diagnose
+from plateau_bench.analysis.diagnosis_kv_room import stated_lengths
 from plateau_bench.analysis.roofline_place import place_on_roofline
 from plateau_bench.commands import roofline_opts as r
 from plateau_bench.commands.groups import grouped
@@ -47,7 +48,7 @@ def _place(run: ReportRun, rf: Roofline) -> None:
     result = run.result
     if result.verdict is None:
         result.verdict = diagnose(result.levels, engine=result.target.engine, plateau=result.plateau,
-                                  knee=result.knee, roofline=rf)
+                                  knee=result.knee, roofline=rf, lengths=stated_lengths(result))
     else:
         result.verdict = place_on_roofline(result.levels, result.plateau, result.verdict, rf)
 

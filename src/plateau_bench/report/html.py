@@ -29,13 +29,14 @@ from typing import Any
 import msgspec
 
 from plateau_bench.analysis.timeseries import level_series
+from plateau_bench.analysis.unmeasured import known, mean_only
 from plateau_bench.errors import ConfigError
 from plateau_bench.report import plots
 from plateau_bench.report.html_turns import has_turns, turns_table
 from plateau_bench.report.repeats import repeat_table_html
 from plateau_bench.report.tables import COLUMNS, format_cell
 from plateau_bench.report.time_split import time_split_html
-from plateau_bench.result import LevelResult
+from plateau_bench.result import Latency, LevelResult
 from plateau_bench.run_view import ReportRun
 
 _esc = html.escape
@@ -50,6 +51,9 @@ _HTML_COLUMNS = (
     ("wall_s", "wall<br>s"),
 )
 _BY_NAME = {name: (get, decimals) for name, get, decimals in COLUMNS}
+# The median columns that show the mean instead (marked) when a level summary states only the mean.
+_MEDIAN_OR_MEAN: dict[str, Callable[[LevelResult], Latency]] = {
+    "ttft_p50_ms": lambda lv: lv.ttft_ms, "e2e_p50_ms": lambda lv: lv.e2e_ms}
 
 CSS = """
 :root { --ink:#2d3748; --muted:#718096; --line:#e2e8f0; --soft:#f7fafc; --accent:#1f5fa8; }
@@ -185,10 +189,14 @@ def workload_differences(runs: Sequence[ReportRun]) -> list[str]:
 
 def _cell(lv: LevelResult, name: str) -> str:
     if name == "ok":
-        return f"{lv.completed:,}/{lv.num_requests:,}"
+        done, sent = known(lv, "completed"), known(lv, "num_requests")
+        return "-" if done is None or sent is None else f"{done:,.0f}/{sent:,.0f}"
     if name == "mode" and lv.mode == "burst":
         return '<span class="tag">burst</span>'
     get, decimals = _BY_NAME[name]
+    lat = _MEDIAN_OR_MEAN.get(name)
+    if lat is not None and mean_only(lat(lv)):   # a summary states the mean alone: show it, said as such
+        return _esc(f"{format_cell(lat(lv).mean, decimals)} (mean)")
     return _esc(format_cell(get(lv), decimals))
 
 
@@ -210,8 +218,10 @@ def _level_title(run: ReportRun, lv: LevelResult, several: bool) -> str:
     if lv.rate is not None:
         head += f" · {lv.rate:g} req/s"
     mode = "burst" if lv.mode == "burst" else lv.mode
-    parts = [f"{run.name} · " if several else "", head, f" · {mode}",
-             f" · {lv.completed}/{lv.num_requests} ok · {lv.output_throughput:,.0f} tok/s · wall {lv.wall_s:,.1f} s"]
+    tok_s, wall = known(lv, "output_throughput"), known(lv, "wall_s")
+    parts = [f"{run.name} · " if several else "", head, f" · {mode}", f" · {lv.completed}/{lv.num_requests} ok",
+             " · tok/s unknown" if tok_s is None else f" · {tok_s:,.0f} tok/s",
+             "" if wall is None else f" · wall {wall:,.1f} s"]
     return "".join(parts)
 
 

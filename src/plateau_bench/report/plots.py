@@ -39,6 +39,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from plateau_bench.analysis.timeseries import LevelSeries
+from plateau_bench.analysis.unmeasured import known, mean_only
 from plateau_bench.errors import ConfigError
 from plateau_bench.report.tables import x_value
 from plateau_bench.result import LevelResult
@@ -153,7 +154,8 @@ def throughput_figure(runs: Sequence[ReportRun], titled: bool = True) -> Figure:
     top = 0.0
     for i, run in enumerate(runs):
         c = color(i)
-        pts = [(x, lv.output_throughput, lv) for x, lv in _points(run.levels)]
+        pts = [(x, tok_s, lv) for x, lv in _points(run.levels)
+               if (tok_s := known(lv, "output_throughput")) is not None]   # a summary may not state it
         top = max([top, *(p[1] for p in pts)])
         xs += [p[0] for p in pts]
         _draw_levels(ax, pts, c)
@@ -195,6 +197,7 @@ _LATENCY = (("ttft_ms", "TTFT", "ms", 1.0), ("tpot_ms", "TPOT", "ms", 1.0), ("e2
 def latency_figure(runs: Sequence[ReportRun], titled: bool = True) -> Figure:
     fig = Figure(figsize=(11.5, 3.8), layout="constrained")
     axes = fig.subplots(1, 3)
+    means = False
     for ax, (attr, name, unit, scale) in zip(axes, _LATENCY, strict=True):
         xs: list[float] = []
         for i, run in enumerate(runs):
@@ -205,12 +208,20 @@ def latency_figure(runs: Sequence[ReportRun], titled: bool = True) -> Figure:
                 drawn = [(x, v * scale, lv) for x, v, lv in vals if v is not None]
                 xs += [p[0] for p in drawn]
                 _draw_levels(ax, drawn, c, ls=ls)
+            # Level summaries that state the mean alone: the mean, dotted, rather than nothing.
+            mean_pts = [(x, lat.mean * scale, lv) for x, lv in pts
+                        if mean_only(lat := getattr(lv, attr)) and lat.mean is not None]
+            means = means or bool(mean_pts)
+            xs += [p[0] for p in mean_pts]
+            _draw_levels(ax, mean_pts, c, ls=":")
         if xs:
             _log2_x(ax, xs)
         ax.set_ylim(bottom=0)
         ax.yaxis.set_major_formatter(FuncFormatter(_num_label))
         ax.set_title(f"{name} ({unit})")
     extra = [Line2D([], [], color=MUTED, ls="-", label="p50"), Line2D([], [], color=MUTED, ls="--", label="p99")]
+    if means:
+        extra.append(Line2D([], [], color=MUTED, ls=":", label="mean (only the mean known)"))
     _style_legend(fig, axes[0], runs, extra)
     if titled:
         fig.suptitle("Latency vs concurrency", x=0.005, ha="left", fontsize=11, fontweight="bold", color=INK)

@@ -9,8 +9,10 @@ level, a ``run`` column when several runs are given), JSON for scripts (numbers 
 After the client's figures come the server's own account of the level (``LevelResult.time_split``: mean
 queue, prefill and decode time, the TTFT spent outside the engine, tokens per engine step) and its GPUs'
 (``LevelResult.gpu_metrics``: output tokens per joule, joules per output token, power over the power
-limit and SM clock over its maximum, in per cent). A figure the level lacks is unknown, never 0:
-``-`` in Markdown, an empty cell in CSV, null in JSON.
+limit and SM clock over its maximum, in per cent), then the mean TTFT, ITL and E2E (a level summary may
+state means and no percentile). A figure the level lacks is unknown, never 0: ``-`` in Markdown, an empty
+cell in CSV, null in JSON; that includes the figures a level summary did not state, whose saved value is a
+placeholder 0 (``analysis.unmeasured``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from plateau_bench.analysis.unmeasured import known
 from plateau_bench.errors import ConfigError
 from plateau_bench.result import GpuMetrics, LevelResult, ServerPhase
 from plateau_bench.run_view import ReportRun
@@ -45,21 +48,21 @@ COLUMNS: list[Column] = [
     ("level", lambda lv: lv.label, None),
     ("mode", lambda lv: lv.mode, None),
     ("concurrency", lambda lv: lv.concurrency, 0),
-    ("ok", lambda lv: lv.completed, 0),
-    ("failed", lambda lv: lv.failed, 0),
-    ("hung", lambda lv: lv.hung, 0),
-    ("output_tok_s", lambda lv: lv.output_throughput, 1),
-    ("total_tok_s", lambda lv: lv.total_throughput, 1),
-    ("peak_output_tok_s", lambda lv: lv.peak_output_throughput, 1),
-    ("achieved_concurrency", lambda lv: lv.achieved_concurrency, 1),
-    ("decoding_concurrency", lambda lv: lv.decoding_concurrency, 1),
+    ("ok", lambda lv: known(lv, "completed"), 0),
+    ("failed", lambda lv: known(lv, "failed"), 0),
+    ("hung", lambda lv: known(lv, "hung"), 0),
+    ("output_tok_s", lambda lv: known(lv, "output_throughput"), 1),
+    ("total_tok_s", lambda lv: known(lv, "total_throughput"), 1),
+    ("peak_output_tok_s", lambda lv: known(lv, "peak_output_throughput"), 1),
+    ("achieved_concurrency", lambda lv: known(lv, "achieved_concurrency"), 1),
+    ("decoding_concurrency", lambda lv: known(lv, "decoding_concurrency"), 1),
     ("ttft_p50_ms", lambda lv: lv.ttft_ms.p50, 1),
     ("ttft_p99_ms", lambda lv: lv.ttft_ms.p99, 1),
     ("tpot_mean_ms", lambda lv: lv.tpot_ms.mean, 2),
     ("tpot_p99_ms", lambda lv: lv.tpot_ms.p99, 2),
     ("e2e_p50_ms", lambda lv: lv.e2e_ms.p50, 1),
     ("e2e_p99_ms", lambda lv: lv.e2e_ms.p99, 1),
-    ("wall_s", lambda lv: lv.wall_s, 1),
+    ("wall_s", lambda lv: known(lv, "wall_s"), 1),
 ]
 
 
@@ -93,6 +96,12 @@ COLUMNS += [
     ("j_per_output_tok", _gpu("joules_per_output_token"), 4),
     ("power_pct_of_limit", _gpu("power_share", percent=True), 1),
     ("sm_clock_pct_of_max", _gpu("sm_clock_share", percent=True), 1),
+]
+# The means, for sources that state means and no percentile (level summaries): added after the rest.
+COLUMNS += [
+    ("ttft_mean_ms", lambda lv: lv.ttft_ms.mean, 1),
+    ("itl_mean_ms", lambda lv: lv.itl_ms.mean, 2),
+    ("e2e_mean_ms", lambda lv: lv.e2e_ms.mean, 1),
 ]
 
 HEADERS = [c[0] for c in COLUMNS]

@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from plateau_bench.analysis.open_loop import LATENCY_DEPARTURE
+from plateau_bench.analysis.unmeasured import known, mean_only
 from plateau_bench.report.repeats import repeat_table, with_repeats
 from plateau_bench.report.time_split import time_split_table
 from plateau_bench.result import (
@@ -40,7 +41,16 @@ def _lat(v: float | None) -> str:
 
 
 def _pair(lat: Latency) -> str:
+    """``p50/p99``; the mean, said as such, when a level summary states only the mean."""
+    if mean_only(lat):
+        return f"{_lat(lat.mean)} (mean)"
     return f"{_lat(lat.p50)}/{_lat(lat.p99)}"
+
+
+def _figure(level: LevelResult, name: str, fmt: str) -> str:
+    """A level's figure, or ``-`` when its source did not measure it (a level summary's placeholder 0)."""
+    value = known(level, name)
+    return "-" if value is None else format(value, fmt)
 
 
 def level_key(level: LevelResult) -> str:
@@ -62,8 +72,11 @@ def seed_line(level: LevelResult) -> str:
         return f"{v / 1000:6.2f}" if v is not None else "     -"
 
     head = f"C={level.concurrency:>5}" if level.concurrency is not None else f"{level.label:>7}"
-    line = (f"{head} | {level.completed}/{level.num_requests} ok ({level.failed} err) | wall={level.wall_s:7.1f}s | "
-            f"{level.output_throughput:8.1f} tok/s | lat avg={s(e2e.mean)} p50={s(e2e.p50)} p99={s(e2e.p99)}")
+    wall = "-" if known(level, "wall_s") is None else f"{level.wall_s:7.1f}s"
+    line = (f"{head} | {_figure(level, 'completed', 'd')}/{_figure(level, 'num_requests', 'd')} ok "
+            f"({_figure(level, 'failed', 'd')} err) | "
+            f"wall={wall:>8} | {_figure(level, 'output_throughput', '8.1f'):>8} tok/s | "
+            f"lat avg={s(e2e.mean)} p50={s(e2e.p50)} p99={s(e2e.p99)}")
     if level.failed:
         line += f" | failed: {failures_by_class(level)}"
     return line
@@ -82,12 +95,13 @@ def level_table(levels: Sequence[LevelResult], *, title: str | None = None) -> T
     prev: LevelResult | None = None
     for lv in ordered:
         gain = ""
-        if prev is not None and prev.output_throughput > 0:
+        if prev is not None and prev.output_throughput > 0 and known(lv, "output_throughput") is not None:
             gain = f"{lv.output_throughput / prev.output_throughput - 1:+.1%}"
         cells = [level_key(lv) + (" (burst)" if burst and lv.mode == "burst" else ""),
-                 f"{lv.completed}/{lv.failed}", f"{lv.output_throughput:,.1f}", gain, _pair(lv.ttft_ms),
-                 _pair(lv.tpot_ms), _pair(lv.e2e_ms), f"{lv.achieved_concurrency:,.1f}",
-                 f"{lv.decoding_concurrency:,.1f}"]
+                 f"{_figure(lv, 'completed', 'd')}/{_figure(lv, 'failed', 'd')}",
+                 _figure(lv, "output_throughput", ",.1f"), gain, _pair(lv.ttft_ms), _pair(lv.tpot_ms),
+                 _pair(lv.e2e_ms), _figure(lv, "achieved_concurrency", ",.1f"),
+                 _figure(lv, "decoding_concurrency", ",.1f")]
         if any_failed:
             cells.append(failures_by_class(lv))
         table.add_row(*cells, style="red" if lv.level_failed else None)

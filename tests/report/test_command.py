@@ -39,7 +39,7 @@ def test_without_an_output_flag_prints_the_level_table(make_sweep: SweepFactory,
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--format", "xml"], "unknown --format 'xml': choose one of md, csv, json, vllm-json"),
+    (["--format", "xml"], "unknown --format 'xml': choose one of md, csv, json, vllm-json, llm-d"),
     (["--output", "x.md"], "--output writes the --format tables: give --format md, csv or json too"),
 ])
 def test_bad_flags_are_one_line(make_sweep: SweepFactory, capsys: pytest.CaptureFixture[str],

@@ -22,6 +22,7 @@ from typing import Any
 from plateau_bench.errors import ConfigError
 from plateau_bench.importers import aiperf, guidellm, inference_perf, sglang, vllm
 from plateau_bench.importers.common import Where
+from plateau_bench.importers.inference_perf_files import companions as inference_perf_companions
 
 FORMATS = ("vllm", "sglang", "guidellm", "aiperf", "inference-perf", "table")
 SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".md", ".markdown", ".txt")
@@ -56,15 +57,12 @@ def _companions(files: list[Path]) -> dict[Path, str]:
     """Files a tool writes next to its results that are not results themselves (why each is skipped)."""
     names = {f.name for f in files}
     skip: dict[Path, str] = {}
-    staged = any(n.startswith("stage_") and n.endswith("_lifecycle_metrics.json") for n in names)
     for f in files:
         n = f.name
         if n == "inputs.json" or n.endswith(".pytorch.json"):
             skip[f] = "the tool's inputs or a copy of its results, not results"
         elif f.suffix.lower() == ".csv" and names & {"profile_export_aiperf.json", "benchmarks.json"}:
             skip[f] = "the CSV twin of the JSON results next to it"
-        elif staged and n in ("summary_lifecycle_metrics.json", "per_request_lifecycle_metrics.json"):
-            skip[f] = "the per-stage reports next to it are read instead"
     return skip
 
 
@@ -74,9 +72,9 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
     skipped: list[str] = []
     for p in paths:
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in SUFFIXES
-                           and not f.name.startswith("."))
-            skip = _companions(found)
+            everything = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
+            found = [f for f in everything if f.suffix.lower() in SUFFIXES]
+            skip = _companions(found) | inference_perf_companions(everything)
             skipped.extend(f"skipped {f}: {why}" for f, why in skip.items())
             found = [f for f in found if f not in skip]
             if not found:
@@ -86,4 +84,6 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
             out.append(p)
         else:
             raise ConfigError(f"{p}: no such file or directory")
-    return out, skipped
+    given = inference_perf_companions([p for p in paths if p.is_file()])   # a run's files named one by one
+    skipped.extend(f"skipped {f}: {why}" for f, why in given.items())
+    return [f for f in out if f not in given], skipped

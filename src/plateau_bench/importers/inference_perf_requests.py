@@ -15,7 +15,9 @@ is matched to its stage:
 
 A stage's settings (its concurrency, or its rate) come from its report. A group no report describes is a
 closed-loop level at the most requests it had in flight at once when its sends refilled a freed slot
-(a concurrency stage), else an open-loop level at its send rate; the level's notes say so.
+(a concurrency stage), else an open-loop level at its send rate; the level's notes say so. A closed-loop
+level's requests are put back on the slots that sent them (``_in_slots``), so its steady window leaves out
+the ramp-up and the drain as a native closed-loop level's does.
 
 Token counts are the server's (``server_usage``), where it reported them: inference-perf's own
 ``output_tokens`` re-tokenizes the streamed text on the client, which can differ from what the server
@@ -25,15 +27,16 @@ generated. Each content chunk's arrival (``chunk_times``) is a token arrival tim
 from __future__ import annotations
 
 import bisect
+import heapq
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
-from plateau_bench.analysis.metrics import Window, full_window
 from plateau_bench.errors import ConfigError
 from plateau_bench.importers.common import (
     TOKEN_SOURCE_IMPORTED,
@@ -294,6 +297,24 @@ def _inferred(rows: list[Row], opts: ImportOptions, alone: bool) -> tuple[str, i
                                 + (f"; rate {rate:.3g} req/s inferred from its sends" if rate else ""))
 
 
+def _in_slots(records: list[RequestRecord], concurrency: int) -> list[RequestRecord]:
+    """A closed loop's requests on the slots that sent them: each send takes the slot freed longest ago.
+
+    inference-perf does not record which of its ``concurrency`` slots sent a request; a closed loop refills a
+    slot when its request ends, so in order of sending, the earliest-freed slot is the one. The slots are
+    the level's workers: its steady window opens once every slot has a first token and closes when the
+    first slot has sent its last request (ramp-up and drain excluded, as for a native closed-loop level).
+    """
+    free = [(-1, slot) for slot in range(concurrency)]
+    heapq.heapify(free)
+    out = []
+    for r in sorted(records, key=lambda r: (r.sent_ns, r.index)):
+        _, slot = heapq.heappop(free)
+        out.append(msgspec.structs.replace(r, worker=slot))
+        heapq.heappush(free, (r.end_ns, slot))
+    return out
+
+
 def _level(group: Group, where: Where, opts: ImportOptions, alone: bool) -> ImportedLevel:
     t0 = min(_start(r) for r in group.rows)
     records = [record(entry, i, t0, where) for i, entry in group.rows]
@@ -306,12 +327,10 @@ def _level(group: Group, where: Where, opts: ImportOptions, alone: bool) -> Impo
     notes = [f"{group.how}; {settings}"]
     if st is not None and st.goodput is not None:
         notes.append(st.goodput.note())
-    window: Window | None = None
-    if mode == "steady":
-        whole = full_window(records)
-        window = Window(whole.start_ns, whole.end_ns, "whole stage: ramp-up and drain not excluded")
+    if mode == "steady" and concurrency:
+        records = _in_slots(records, concurrency)
     level = records_level(records, label=level_label(mode, concurrency, rate), mode=mode, concurrency=concurrency,
-                          rate=rate, source=f"{NAME}: {where}", notes=notes, window=window)
+                          rate=rate, source=f"{NAME}: {where}", notes=notes)
     if st is not None and st.goodput is not None:
         level.level.goodput_rps = st.goodput.request_rate
     _peak_decoding(level)

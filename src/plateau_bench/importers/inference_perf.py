@@ -219,6 +219,10 @@ def summary(o: dict[str, Any], where: Where, opts: ImportOptions, stage_id: str 
     s.e2e, s.ttft = _seconds(lat.get("request_latency")), _seconds(lat.get("time_to_first_token"))
     s.tpot, s.itl = _seconds(lat.get("time_per_output_token")), _seconds(lat.get("inter_token_latency"))
     _errors(s, bad)
+    client, server = _stat(ok.get("output_len"), "mean"), _stat(ok.get("output_tokens"), "mean")
+    if client and server and abs(client / server - 1) > 0.05:
+        s.notes.append(f"TPOT and ITL as inference-perf states them: per token of its client's re-tokenized count "
+                       f"({client:.1f} a request on average; the server counted {server:.1f})")
     if mode == "rate" and rate is None:
         s.notes.append("the report does not say the stage's rate or concurrency"
                        + ("" if stage_id else ": a whole-run summary holds every stage together"))

@@ -134,13 +134,19 @@ def test_a_file_that_holds_no_results_is_refused_in_one_line(name: str, what: st
     assert "\n" not in str(caught.value) and "per_request_lifecycle_metrics.json" in str(caught.value)
 
 
-def test_a_stage_report_without_its_count_names_the_version_and_the_field(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("drop", "message"), [
+    (("successes", "count"), r"\(0.7 or later, by its keys\): missing field 'successes.count'"),
+    (("successes",), r"\(0.6 or later, by its keys\): missing field 'successes'"),
+])
+def test_a_stage_report_without_its_counts_names_the_version_and_the_field(drop: tuple[str, ...], message: str,
+                                                                          tmp_path: Path) -> None:
     report = json.loads((RUN / "stage_1_lifecycle_metrics.json").read_text())
-    del report["successes"]["count"]
+    parent = report["successes"] if len(drop) == 2 else report
+    del parent[drop[-1]]
     f = tmp_path / "stage_1_lifecycle_metrics.json"
     f.write_text(json.dumps(report))
-    with pytest.raises(ConfigError, match=r"inference-perf lifecycle report \(0.7 or later, by its keys\): "
-                                          r"missing field 'successes.count'"):
+    with pytest.raises(ConfigError, match=r"stage_1_lifecycle_metrics.json:1: an inference-perf lifecycle report "
+                                          + message):
         import_sources([f])
 
 

@@ -35,7 +35,6 @@ from plateau_bench.importers.common import (
     error_class,
     latency,
     level_label,
-    obj,
     summary_level,
 )
 from plateau_bench.result import Latency
@@ -44,7 +43,9 @@ NAME = "inference-perf"
 
 
 def is_summary(o: dict[str, Any]) -> bool:
-    return isinstance(o.get("successes"), dict) and ("load_summary" in o or "failures" in o)
+    """A lifecycle report, or what is left of one (its ``load_summary`` and ``failures`` without its successes)."""
+    return (isinstance(o.get("successes"), dict) and ("load_summary" in o or "failures" in o)) \
+        or ("load_summary" in o and "failures" in o)
 
 
 _ENTRY_PARTS = {"info", "request", "response", "error", "computed_metrics"}
@@ -62,6 +63,9 @@ def era(o: dict[str, Any]) -> str:
         return "0.7 or later"
     if "request_size_bytes" in ok or "images_per_sec" in _dict(ok.get("throughput")):
         return "0.6"
+    failures = _dict(o.get("failures"))
+    if "by_label" in failures or "uncached" in _dict(failures.get("prompt_tokens")):
+        return "0.6 or later"
     if "benchmark_time_seconds" in o or "token_count_mismatches" in ok:
         return "0.5"
     return "0.2 to 0.4" if "send_duration" in _dict(o.get("load_summary")) else "0.1 or earlier"
@@ -203,11 +207,11 @@ def _errors(s: Summary, bad: dict[str, Any]) -> None:
 
 def summary(o: dict[str, Any], where: Where, opts: ImportOptions, stage_id: str | None) -> ImportedLevel:
     load = _dict(o.get("load_summary"))
-    ok = obj(o["successes"], where, "successes")
+    ok = _dict(o.get("successes"))
     bad = _dict(o.get("failures"))
     if _count(ok, "count") is None:
-        raise where.fail(f"an inference-perf lifecycle report ({era(o)}, by its keys): missing field "
-                         "'successes.count'")
+        field = "successes.count" if ok else "successes"
+        raise where.fail(f"an inference-perf lifecycle report ({era(o)}, by its keys): missing field '{field}'")
     mode, concurrency, rate = _shape(load, opts)
     label = level_label(mode, concurrency, rate)
     duration = _stat(o, "benchmark_time_seconds")

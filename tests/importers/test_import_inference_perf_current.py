@@ -220,3 +220,23 @@ def test_one_changed_value_imports_or_is_one_line(name: str, data: st.DataObject
         assert lv.concurrency is None or lv.concurrency >= 1
         assert lv.completed >= 0 and lv.failed >= 0 and lv.peak_decoding >= 0
         assert all(math.isfinite(x) and x >= 0 for x in (lv.output_throughput, lv.duration_s, lv.wall_s))
+
+
+def _as_0_5(entry: dict[str, Any]) -> dict[str, Any]:
+    """An entry as inference-perf 0.5 wrote it: the response's figures under ``info.response_info``."""
+    info = entry["info"]
+    return {**entry, "info": {"input_tokens": info["request_metrics"]["text"]["input_tokens"],
+                              "response_info": info["response_metrics"], "extra_info": {}, "lora_adapter": None}}
+
+
+def test_release_0_5_entries_import_the_same(tmp_path: Path) -> None:
+    run = _copy(tmp_path, *(f"stage_{i}_lifecycle_metrics.json" for i in range(4)))
+    (run / PER_REQUEST).write_text(json.dumps([_as_0_5(e) for e in _entries()]))
+    now, then = load("inference_perf_0_7").levels, import_sources([run]).levels
+    assert [(lv.level.concurrency, lv.level.peak_decoding, lv.level.output_tokens) for lv in then] == \
+        [(lv.level.concurrency, lv.level.peak_decoding, lv.level.output_tokens) for lv in now]
+    broken = [_as_0_5(e) for e in _entries()]
+    del broken[2]["start_time"]
+    (run / PER_REQUEST).write_text(json.dumps(broken))
+    with pytest.raises(ConfigError, match=r"per-request report \(0.5, by its keys\): entry 2 has no number"):
+        import_sources([run / PER_REQUEST])

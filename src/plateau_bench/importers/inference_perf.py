@@ -78,7 +78,7 @@ def era_of_entry(entry: dict[str, Any]) -> str:
         return "0.7 or later"
     if "response_metrics" in info:
         return "0.6 or later"
-    return "0.5" if "server_usage" in info or "chunk_times" in info else "0.4 or earlier"
+    return "0.5" if "response_info" in info else "0.4 or earlier"
 
 
 def _dict(v: Any) -> dict[str, Any]:

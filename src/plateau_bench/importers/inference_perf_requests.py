@@ -89,6 +89,12 @@ def _part(d: dict[str, Any], key: str) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
 
 
+def _response(info: dict[str, Any]) -> dict[str, Any]:
+    """The response's figures: ``info.response_metrics`` (0.6+), ``info.response_info`` (0.5); earlier ones
+    sit in ``info`` itself."""
+    return _part(info, "response_metrics") or _part(info, "response_info")
+
+
 def _server_count(usage: Any, *keys: str) -> int | None:
     return next((int(usage[k]) for k in keys if isinstance(usage, dict) and isinstance(usage.get(k), int)
                  and not isinstance(usage.get(k), bool)), None)
@@ -96,7 +102,7 @@ def _server_count(usage: Any, *keys: str) -> int | None:
 
 def _tokens(info: dict[str, Any], computed: dict[str, Any]) -> tuple[int, int]:
     """(prompt, output) tokens: the server's usage where it reported it, else the client's count."""
-    resp = _part(info, "response_metrics")
+    resp = _response(info)
     usage = resp.get("server_usage")
     out = _server_count(usage, "completion_tokens", "output_tokens")
     if out is None:
@@ -140,7 +146,7 @@ def _content_chunks(resp: dict[str, Any]) -> list[Any]:
 
 def _arrivals(info: dict[str, Any], computed: dict[str, Any], start: float, out: int) -> list[float]:
     """When output arrived (s): each content chunk, else each client-counted token, else the first token."""
-    resp = _part(info, "response_metrics")
+    resp = _response(info)
     chunks = _content_chunks(resp)
     tokens = resp.get("output_token_times") or info.get("output_token_times") or []
     times = tokens if tokens and (len(tokens) == out or not chunks) else chunks

@@ -25,6 +25,8 @@ from support.loading import plateau
 from support.peers import peer_command, random_cap, run_peer
 from support.real_servers import tail
 
+pytestmark = pytest.mark.slow   # about a minute of a real tool's run: not for the inner loop
+
 SPEED = 0.25
 INPUT_LEN, OUTPUT_LEN = 64, 96
 RUN_TIMEOUT_S = 240

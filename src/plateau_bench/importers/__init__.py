@@ -28,6 +28,8 @@ from plateau_bench.importers.common import (
 )
 from plateau_bench.importers.detect import FORMATS, YAML_SUFFIXES, detect, expand, is_json
 from plateau_bench.importers.export import to_vllm_json, vllm_json_lines
+from plateau_bench.importers.inference_perf_files import not_results
+from plateau_bench.importers.inference_perf_requests import per_request_levels
 
 __all__ = [
     "FORMATS",
@@ -89,15 +91,16 @@ def _json(path: Path, text: str, fmt: str, values: list[tuple[Any, Where]], opts
     if fmt == "llm-d":
         return _llmd(values, opts)
     if fmt == "inference-perf":
-        levels = []
+        levels, meta = [], {}
         for value, where in values:
             if inference_perf.is_per_request(value):
-                levels.append(inference_perf.per_request(value, where, opts))
+                levels.extend(per_request_levels(value, path, where, opts))
             elif isinstance(value, dict) and inference_perf.is_summary(value):
                 levels.append(inference_perf.summary(value, where, opts, inference_perf.stage_of(path)))
+                meta = inference_perf.lengths(value)
             else:
                 raise where.missing("successes", "an inference-perf lifecycle report")
-        return levels, {}
+        return levels, meta
     group = aiperf_groups[path.parent]
     for value, where in values:
         if isinstance(value, dict) and aiperf.is_record(value):
@@ -126,6 +129,8 @@ def _one_file(path: Path, fmt: str | None, opts: ImportOptions,
     if not text.strip():
         raise ConfigError(f"{path}: empty file")
     kind = fmt or "table"
+    if fmt is None and (what := not_results(path, text)):
+        raise ConfigError(f"{path}: {what}")
     try:
         other = guidellm_files.sniff(path, text) if fmt in (None, "guidellm") and not is_json(text) else None
         if other is not None:   # GuideLLM's CSV or YAML results, or a companion it names in one line

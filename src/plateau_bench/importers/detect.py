@@ -24,6 +24,7 @@ from typing import Any
 from plateau_bench.errors import ConfigError
 from plateau_bench.importers import aiperf, guidellm, guidellm_files, inference_perf, llmd, sglang, vllm
 from plateau_bench.importers.common import Where
+from plateau_bench.importers.inference_perf_files import companions as inference_perf_companions
 
 FORMATS = ("vllm", "sglang", "guidellm", "aiperf", "inference-perf", "llm-d", "table")
 SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".md", ".markdown", ".txt", ".yaml", ".yml")
@@ -62,7 +63,6 @@ def _companions(files: list[Path]) -> dict[Path, str]:
     """Files a tool writes next to its results that are not results themselves (why each is skipped)."""
     names = {f.name for f in files}
     skip: dict[Path, str] = {}
-    staged = any(n.startswith("stage_") and n.endswith("_lifecycle_metrics.json") for n in names)
     for f in files:
         n = f.name
         if n == "inputs.json" or n.endswith(".pytorch.json"):
@@ -71,8 +71,6 @@ def _companions(files: list[Path]) -> dict[Path, str]:
             skip[f] = "the CSV twin of the JSON results next to it"
         elif f.suffix.lower() in YAML_SUFFIXES and not llmd.is_report_file(f) and not guidellm_files.is_results(f):
             skip[f] = "a YAML file that is not an llm-d Benchmark Report (a tool's configuration)"
-        elif staged and n in ("summary_lifecycle_metrics.json", "per_request_lifecycle_metrics.json"):
-            skip[f] = "the per-stage reports next to it are read instead"
     skip.update({f: why for f, why in guidellm_files.companions(files).items() if f not in skip})
     return skip
 
@@ -84,7 +82,9 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
     for p in paths:
         if p.is_dir():
             every = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
-            skip = _companions(every)
+            # The tool's own reasons first (inference-perf names its configuration and its partial reports).
+            skip = inference_perf_companions(every)
+            skip |= {f: why for f, why in _companions([f for f in every if f not in skip]).items()}
             skipped.extend(f"skipped {f}: {why}" for f, why in skip.items())
             found = [f for f in every if f not in skip
                      and (f.suffix.lower() in SUFFIXES or guidellm_files.is_results(f))]
@@ -95,4 +95,6 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
             out.append(p)
         else:
             raise ConfigError(f"{p}: no such file or directory")
-    return out, skipped
+    given = inference_perf_companions([p for p in paths if p.is_file()])   # a run's files named one by one
+    skipped.extend(f"skipped {f}: {why}" for f, why in given.items())
+    return [f for f in out if f not in given], skipped

@@ -36,6 +36,7 @@ SCHEMA_VERSIONS = ("0.2",)
 _TIME_SCALE = {"s": 1000.0, "ms": 1.0, "s/token": 1000.0, "ms/token": 1.0}
 _LATENCIES = (("ttft", "time_to_first_token"), ("tpot", "time_per_output_token"),
               ("itl", "inter_token_latency"), ("e2e", "request_latency"))
+_STAGE = re.compile(r"stage[-_ ]?(\d+)")
 _DURATION = re.compile(r"^P(?:(?P<d>[\d.]+)D)?(?:T(?:(?P<h>[\d.]+)H)?(?:(?P<m>[\d.]+)M)?(?:(?P<s>[\d.]+)S)?)?$")
 
 
@@ -139,6 +140,9 @@ def _load(doc: dict[str, Any]) -> tuple[int | None, float | None, str]:
     if rate_qps is not None:
         return None, rate_qps, f"rate={rate_qps:g}/s"
     stage = load.get("stage") if isinstance(load, dict) else None
+    if stage is None:   # a report without its scenario (inference-perf's partial reports) names it in its uid
+        found = _STAGE.search(str(_get(doc, "run", "uid") or ""))
+        stage = found.group(1) if found else None
     return None, None, f"stage {stage}" if stage is not None else "report"
 
 

@@ -4,23 +4,29 @@ JSON (one document, JSON lines, or documents appended one per line):
 
 * ``{"benchmarks": [{"type_": "generative_benchmark", ...}]}``: GuideLLM;
 * ``{"metadata": {"request_start_ns": ...}, "metrics": ...}`` lines, or an object with ``input_config`` and
-  metric blocks (``{"unit", "avg", ...}``, at the top or under ``records``): AIPerf;
+  metric blocks (``{"unit", "avg", ...}``, at the top or under ``records``), or AIPerf's multi-run and
+  sweep aggregates, or one of the other files it writes (``importers.aiperf_files``): AIPerf;
 * ``{"load_summary", "successes", "failures"}``, or a list of ``{"start_time", "end_time", "info"}``:
   inference-perf;
 * ``{"duration", "completed", ...}``: vLLM or SGLang, told apart by the keys only one of them writes
   (vLLM: ``*_e2el_ms``, ``num_prompts``, ``model_id``, ``request_inthroughput``, ...; SGLang:
   ``*_e2e_latency_ms``, ``dataset_name``, ``random_input_len``, ``concurrency``, ...).
 
-Anything else that is not JSON is read as a table (CSV or Markdown).
+Anything else that is not JSON is read as a table (CSV or Markdown), unless it is one of AIPerf's CSV
+exports (``importers.aiperf_csv``).
+
+A directory is read with its subdirectories (AIPerf writes one per run or swept value); the files a tool
+writes beside its results (logs, configurations, console text, plots) are skipped and the warnings say why.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.importers import aiperf, guidellm, inference_perf, sglang, vllm
+from plateau_bench.importers import aiperf_files, aiperf_runs, guidellm, inference_perf, sglang, vllm
 from plateau_bench.importers.common import Where
 
 FORMATS = ("vllm", "sglang", "guidellm", "aiperf", "inference-perf", "table")
@@ -41,7 +47,7 @@ def detect(path: Path, values: list[tuple[Any, Where]]) -> str:
     if isinstance(first, dict):
         if guidellm.score(first):
             return "guidellm"
-        if aiperf.is_record(first) or aiperf.is_aggregate(first):
+        if aiperf_runs.kind_of(first) or aiperf_files.not_results(first):
             return "aiperf"
         if inference_perf.is_summary(first):
             return "inference-perf"
@@ -68,22 +74,55 @@ def _companions(files: list[Path]) -> dict[Path, str]:
     return skip
 
 
+def _natural(path: Path) -> list[Any]:
+    """Sort key: ``concurrency_2`` before ``concurrency_16``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def _walk(directory: Path, skipped: list[tuple[Path, str]]) -> list[Path]:
+    """A directory's result files in name order, then its subdirectories' (what is left out: ``skipped``)."""
+    entries = sorted((e for e in directory.iterdir() if not e.name.startswith(".")), key=_natural)
+    files = [f for f in entries if f.is_file()]
+    found = [f for f in files if f.suffix.lower() in SUFFIXES]
+    skipped.extend((f, f"not a file plateau import reads ({f.suffix or 'no extension'}: a log, plot or "
+                    "binary table)") for f in files if f.suffix.lower() not in SUFFIXES)
+    skip = {**_companions(found), **aiperf_files.companions(found)}
+    skipped.extend(skip.items())
+    out = [f for f in found if f not in skip]
+    for sub in (e for e in entries if e.is_dir() and not e.is_symlink()):
+        why = aiperf_files.skipped_dir(sub)
+        if why:
+            skipped.append((sub, why))
+        else:
+            out.extend(_walk(sub, skipped))
+    return out
+
+
+def _said(skipped: list[tuple[Path, str]]) -> list[str]:
+    """One warning per reason, naming the files (the first few) it applies to."""
+    by_reason: dict[str, list[Path]] = {}
+    for f, why in skipped:
+        by_reason.setdefault(why, []).append(f)
+    out = []
+    for why, files in by_reason.items():
+        names = ", ".join(str(f) for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        out.append(f"skipped {names}: {why}")
+    return out
+
+
 def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
-    """Files to read (the paths given; a directory's result files in name order) and what was skipped."""
+    """Files to read (the paths given; a directory's result files in name order, its subdirectories' after)
+    and what was skipped."""
     out: list[Path] = []
-    skipped: list[str] = []
+    skipped: list[tuple[Path, str]] = []
     for p in paths:
         if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in SUFFIXES
-                           and not f.name.startswith("."))
-            skip = _companions(found)
-            skipped.extend(f"skipped {f}: {why}" for f, why in skip.items())
-            found = [f for f in found if f not in skip]
+            found = _walk(p, skipped)
             if not found:
-                raise ConfigError(f"{p}: no result files in this directory ({', '.join(SUFFIXES)})")
+                raise ConfigError(f"{p}: no result files in this directory or below ({', '.join(SUFFIXES)})")
             out.extend(found)
         elif p.is_file():
             out.append(p)
         else:
             raise ConfigError(f"{p}: no such file or directory")
-    return out, skipped
+    return out, _said(skipped)

@@ -211,11 +211,13 @@ def record(o: dict[str, Any], where: Where, index: int, t0: int) -> RequestRecor
 
 
 def _token_note(objs: list[tuple[dict[str, Any], Where]]) -> str | None:
-    """A note when AIPerf's own output token count differs from the server's by more than 5 %."""
+    """A note when AIPerf's own output token count differs from the server's by more than 5 % (measured
+    requests)."""
     server = client = 0
     for o, w in objs:
         metrics = o.get("metrics") or {}
-        if not o.get("error") and isinstance(metrics, dict) and "usage_completion_tokens" in metrics:
+        measured = o["metadata"].get("benchmark_phase") != "warmup" and not o.get("error")
+        if measured and isinstance(metrics, dict) and "usage_completion_tokens" in metrics:
             server += _count(metrics, OUTPUT_COUNTS[:1], w)
             client += _count(metrics, OUTPUT_COUNTS[1:], w)
     if not server or not client or abs(client / server - 1) <= 0.05:

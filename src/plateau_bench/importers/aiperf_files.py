@@ -119,6 +119,8 @@ def not_results(value: Any) -> str | None:
             isinstance(value.get("metrics"), dict):
         return identity(value, "server metrics export") + " (the server's /metrics, not client measurements)"
     data = value.get("data")
+    if isinstance(data, dict) and isinstance(value.get("phase"), dict) and "endpoint_summaries" in data:
+        return SERVER_METRICS + f" (phase {value['phase'].get('phase_name')})"
     if isinstance(data, list) and data and isinstance(data[0], dict) and "payloads" in data[0]:
         return INPUTS
     metadata = value.get("metadata")

@@ -5,12 +5,16 @@ answers 429. The directories as written, each kind of file alone, and the verdic
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from plateau_bench.errors import ConfigError
+from plateau_bench.errors import ConfigError, PlateauError
 from plateau_bench.importers import import_sources
 
 from conftest import DATA, load
@@ -135,3 +139,53 @@ def test_the_trials_confidence_aggregate_needs_the_load_it_does_not_record() -> 
         load(source)
     (lv,) = load(source, concurrency=8).levels
     assert (lv.level.concurrency, lv.level.completed, lv.level.failed) == (8, 8, 4)    # means 7.5 and 4.5
+
+
+# One value changed anywhere in a file (the shared fuzz test's idea, on the current layout): a level with
+# figures a measurement can have, or one line saying what is wrong.
+FUZZED = [f"{SWEEP}/concurrency_8/profile_export_aiperf.json", f"{SWEEP}/concurrency_8/profile_export.jsonl",
+          f"{SWEEP}/sweep_aggregate/profile_export_aiperf_sweep.json",
+          f"{SWEEP}/aggregate/concurrency_8/profile_export_aiperf_aggregate.json"]
+_numbers = st.one_of(st.integers(-(10**20), 10**20), st.floats(allow_nan=True, allow_infinity=True),
+                     st.sampled_from([0, -1, 1e300, 2**63]))
+_values = st.one_of(_numbers, st.text(max_size=8), st.none(), st.booleans(), st.lists(_numbers, max_size=2),
+                    st.dictionaries(st.text(max_size=4), _numbers, max_size=2))
+
+
+def _paths(node: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(node, dict):
+        return [p for k, v in node.items() for p in _paths(v, (*at, k))] or [at]
+    if isinstance(node, list):
+        return [p for i, v in enumerate(node[:3]) for p in _paths(v, (*at, i))] or [at]
+    return [at]
+
+
+def _set(node: Any, at: tuple[Any, ...], value: Any) -> Any:
+    if not at:
+        return value
+    node[at[0]] = _set(node[at[0]], at[1:], value)
+    return node
+
+
+@pytest.mark.parametrize("name", FUZZED)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_one_changed_value_imports_or_is_one_line(name: str, data: st.DataObject, tmp_path: Path) -> None:
+    source = DATA / name
+    if (source.parent / "run_config.json").exists():      # the records take their load from it
+        shutil.copy(source.parent / "run_config.json", tmp_path)
+    lines = source.read_text().splitlines()
+    docs = [json.loads(line) for line in lines] if name.endswith(".jsonl") else [json.loads(source.read_text())]
+    k = data.draw(st.integers(0, len(docs) - 1))
+    docs[k] = _set(docs[k], data.draw(st.sampled_from(_paths(docs[k]))), data.draw(_values))
+    target = tmp_path / source.name
+    target.write_text("\n".join(json.dumps(d) for d in docs) if name.endswith(".jsonl") else json.dumps(docs[0]))
+    try:
+        imported = import_sources([target])
+    except PlateauError as exc:
+        assert "\n" not in str(exc).strip(), str(exc)
+        return
+    for lv in (item.level for item in imported.levels):
+        assert lv.concurrency is None or lv.concurrency >= 1
+        assert lv.completed >= 0 and lv.failed >= 0
+        assert all(math.isfinite(x) and x >= 0 for x in (lv.output_throughput, lv.duration_s, lv.request_throughput))

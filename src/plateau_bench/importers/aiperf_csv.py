@@ -26,26 +26,12 @@ from typing import Any
 from plateau_bench.errors import ConfigError
 from plateau_bench.importers import aiperf, aiperf_files
 from plateau_bench.importers.aiperf import Load
+from plateau_bench.importers.aiperf_files import STATS, csv_kind
 from plateau_bench.importers.aiperf_runs import parameter_load, stat_blocks
 from plateau_bench.importers.common import ImportedLevel, ImportOptions, Where
 
-STATS = ("mean", "std", "min", "max", "cv")
 # Tags whose header is not their name in snake case.
 ALIASES = {"total_input_sequence_length": "total_isl", "total_output_sequence_length": "total_osl"}
-
-
-def kind(text: str) -> str | None:
-    """``profile``, ``confidence`` or ``sweep`` for AIPerf's CSV exports (None: another text)."""
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
-    if first.startswith("Metric,avg,"):
-        return "profile"
-    if first.startswith("metric,mean,") and first.endswith(",unit"):
-        return "confidence"
-    columns = first.split(",")
-    if any(c in ("request_count_mean", "request_throughput_mean") for c in columns) and \
-            not columns[0].endswith(tuple(f"_{s}" for s in STATS)):
-        return "sweep"
-    return None
 
 
 def _number(cell: str) -> float | None:
@@ -129,7 +115,7 @@ def _profile_load(path: Path, opts: ImportOptions) -> Load | None:
 
 def load(path: Path, text: str, opts: ImportOptions) -> list[ImportedLevel] | None:
     """The levels of an AIPerf CSV export (None: not one); a one-line error for AIPerf's other text files."""
-    what = kind(text)
+    what = csv_kind(text)
     where = Where(str(path))
     if what is None:
         companion = aiperf_files.companion(path)

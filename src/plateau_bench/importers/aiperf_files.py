@@ -35,6 +35,7 @@ OUTPUTS = "AIPerf's generated text, not results"
 MANIFEST = "AIPerf's phase manifest (an index of the per-phase exports)"
 PHASES = "AIPerf's per-phase copies of the run's exports (warm-up included); the run's own files are read"
 HEAD_BYTES = 8192
+STATS = ("mean", "std", "min", "max", "cv")    # the sweep CSV's columns per metric: <tag>_<stat>
 
 # Name endings (after --profile-export-prefix) and what the file is.
 _ENDINGS = (("_console.txt", CONSOLE), ("_raw.jsonl", RAW), ("_timeslices.json", TIMESLICES),
@@ -52,6 +53,20 @@ def head(path: Path) -> str:
             return f.read(HEAD_BYTES).decode("utf-8-sig", errors="replace")
     except OSError:
         return ""
+
+
+def csv_kind(text: str) -> str | None:
+    """``profile``, ``confidence`` or ``sweep`` for AIPerf's CSV exports (None: another text)."""
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if first.startswith("Metric,avg,"):
+        return "profile"
+    if first.startswith("metric,mean,") and first.endswith(",unit"):
+        return "confidence"
+    columns = first.split(",")
+    if any(c in ("request_count_mean", "request_throughput_mean") for c in columns) and \
+            not columns[0].endswith(tuple(f"_{s}" for s in STATS)):
+        return "sweep"
+    return None
 
 
 def _by_content(text: str) -> str | None:
@@ -83,14 +98,22 @@ def companion(path: Path) -> str | None:
     return why or _by_content(head(path))
 
 
+def _first_line(path: Path) -> str:
+    """The first line of a file, however long (a sweep CSV's header names every metric's columns)."""
+    try:
+        with path.open(encoding="utf-8-sig", errors="replace") as f:
+            return f.readline()
+    except OSError:
+        return ""
+
+
 def companions(files: list[Path]) -> dict[Path, str]:
     """The companions among one directory's files, and the CSV twins of JSON exports (same name, .json)."""
     stems = {f.stem for f in files if f.suffix.lower() == ".json"}
     skip: dict[Path, str] = {}
     for f in files:
         why = companion(f)
-        if why is None and f.suffix.lower() == ".csv" and f.stem in stems and head(f).lstrip()[:40].lower() \
-                .startswith(("metric,", "concurrency,", "request_rate,")):
+        if why is None and f.suffix.lower() == ".csv" and f.stem in stems and csv_kind(_first_line(f)):
             why = "the CSV twin of the JSON results next to it"
         if why:
             skip[f] = why

@@ -94,6 +94,13 @@ def test_the_summaries_alone_give_the_cap_within_10_percent(tmp_path: Path, caps
     assert verdict["constraint"] == "admission_cap" and isinstance(cap, int) and abs(cap - CAP) <= 0.1 * CAP, verdict
 
 
+def test_a_rate_sweep_s_aggregate_is_one_rate_level_per_value() -> None:
+    imported = load("aiperf_0_13/rate_sweep_aggregate")
+    assert [(lv.level.label, lv.level.mode, lv.level.rate) for lv in imported.levels] == \
+        [("rate=4", "rate", 4.0), ("rate=8", "rate", 8.0)]
+    assert _skipped(imported.warnings) == {"the CSV twin of the JSON results next to it": 1}   # its first column: rate
+
+
 @pytest.mark.parametrize("name", ["profile_export.jsonl", "profile_export_aiperf.json", "profile_export_aiperf.csv"])
 def test_each_profile_export_alone_is_the_level(name: str) -> None:
     (lv,) = load(f"{SWEEP}/concurrency_8/{name}").levels

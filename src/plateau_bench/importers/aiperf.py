@@ -241,8 +241,8 @@ def records_run(lines: list[tuple[Any, Where]], load: Load | None, source: str, 
     if load is None:
         vintage: dict[str, Any] = {"phases": []} if any("phase_kind" in o["metadata"] for o, _ in objs) \
             else {"loadgen": {}}
-        raise missing_load(vintage, first, "AIPerf per-request records", "pass profile_export_aiperf.json or "
-                           "run_config.json too, or --concurrency")
+        raise missing_load(vintage, first, "AIPerf per-request records", "pass the run's profile export JSON too "
+                           "(profile_export_aiperf.json, or <prefix>.json), or --concurrency")
     mode, concurrency, rate = load
     window: Window | None = None
     if mode == "steady":

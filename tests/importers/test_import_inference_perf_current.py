@@ -54,11 +54,14 @@ def test_the_reports_directory_makes_one_level_per_stage_from_its_requests() -> 
 
 
 def test_every_file_that_is_not_a_level_is_skipped_with_its_reason() -> None:
-    skipped = {w.split(": ")[0].rsplit("/", 1)[-1]: w for w in load("inference_perf_0_7").warnings}
+    warnings = [w for w in load("inference_perf_0_7").warnings if w.startswith("skipped ")]
+    # One warning per reason, naming every file it applies to: file name -> the warning that names it.
+    skipped = {name.rsplit("/", 1)[-1]: w for w in warnings
+               for name in w.removeprefix("skipped ").split(": ")[0].split(", ")}
     assert set(skipped) == {"stage_0_lifecycle_metrics.json", "stage_1_lifecycle_metrics.json",
                             "stage_2_lifecycle_metrics.json", "stage_3_lifecycle_metrics.json",
                             "summary_lifecycle_metrics.json", "config.yaml", "validation.json", "console.txt",
-                            *(f"inference-perf.partial.stage_{i}.yaml" for i in range(4))}
+                            "README", *(f"inference-perf.partial.stage_{i}.yaml" for i in range(4))}
     assert "read together with per_request_lifecycle_metrics.json" in skipped["stage_2_lifecycle_metrics.json"]
     assert "configuration" in skipped["config.yaml"] and "console output" in skipped["console.txt"]
     assert "checks of its own reports" in skipped["validation.json"]
@@ -117,7 +120,7 @@ def test_the_stage_reports_alone_are_summary_levels(tmp_path: Path) -> None:
 
 
 def test_rate_stages_become_rate_levels() -> None:
-    imported = load("inference_perf_0_7/rate")
+    imported = load("inference_perf_0_7_rate")
     assert [(lv.level.mode, lv.level.rate, lv.level.num_requests, len(lv.records)) for lv in imported.levels] == \
         [("rate", 1.0, 3, 3), ("rate", 3.0, 6, 6)]
 

@@ -16,7 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from plateau_bench.errors import ConfigError, PlateauError
-from plateau_bench.importers import aiperf, guidellm, guidellm_files, inference_perf, llmd, sglang, table, vllm
+from plateau_bench.importers import (
+    aiperf_csv,
+    aiperf_runs,
+    guidellm,
+    guidellm_files,
+    inference_perf,
+    llmd,
+    sglang,
+    table,
+    vllm,
+)
 from plateau_bench.importers.common import (
     Imported,
     ImportedLevel,
@@ -55,20 +65,6 @@ def _merge(out: Imported, meta: dict[str, Any]) -> None:
             out.warnings.append(f"the sources disagree on {key} ({getattr(out, key)} and {value}): the first is kept")
 
 
-def _aiperf(groups: dict[Path, dict[str, list[tuple[Any, Where]]]], opts: ImportOptions, out: Imported,
-           ) -> list[ImportedLevel]:
-    levels = []
-    for found in groups.values():
-        aggs = found.get("aggregate", [])
-        agg, agg_where = (aggs[0][0], aggs[0][1]) if aggs else (None, None)
-        _merge(out, {"model": aiperf.model(agg)})
-        if found.get("records"):
-            levels.append(aiperf.records_run(found["records"], agg, agg_where, opts))
-        elif agg is not None and agg_where is not None:
-            levels.append(aiperf.summary(agg, agg_where, opts))
-    return levels
-
-
 def _llmd(values: list[tuple[Any, Where]], opts: ImportOptions) -> tuple[list[ImportedLevel], dict[str, Any]]:
     levels: list[ImportedLevel] = []
     meta: dict[str, Any] = {}
@@ -101,14 +97,7 @@ def _json(path: Path, text: str, fmt: str, values: list[tuple[Any, Where]], opts
             else:
                 raise where.missing("successes", "an inference-perf lifecycle report")
         return levels, meta
-    group = aiperf_groups[path.parent]
-    for value, where in values:
-        if isinstance(value, dict) and aiperf.is_record(value):
-            group["records"].append((value, where))
-        elif isinstance(value, dict) and aiperf.is_aggregate(value):
-            group["aggregate"].append((value, where))
-        else:
-            raise where.missing("metadata.request_start_ns", "an AIPerf profile_export.jsonl line")
+    aiperf_runs.collect(values, aiperf_groups[path.parent])
     return [], {}
 
 
@@ -139,11 +128,15 @@ def _one_file(path: Path, fmt: str | None, opts: ImportOptions,
         if fmt == "llm-d" or (fmt is None and path.suffix.lower() in YAML_SUFFIXES and not is_json(text)):
             levels, meta = _llmd(llmd.yaml_values(path, text), opts)
             return levels, meta, "llm-d"
-        if kind != "table" or (fmt is None and is_json(text)):
+        if (kind != "table" and (fmt != "aiperf" or is_json(text))) or (fmt is None and is_json(text)):
             values = json_values(path, text)
             kind = fmt or detect(path, values)
             levels, meta = _json(path, text, kind, values, opts, aiperf_groups)
             return levels, meta, kind
+        if fmt in (None, "aiperf") and (found := aiperf_csv.load(path, text, opts)) is not None:
+            return found, {}, "aiperf"
+        if fmt == "aiperf":
+            raise ConfigError(f"{path}: not one of AIPerf's JSON or CSV exports")
         levels, warnings = table.load(path, text, opts)
     except PlateauError:
         raise
@@ -170,7 +163,7 @@ def import_sources(paths: list[Path], fmt: str | None = None, opts: ImportOption
         if kind not in out.formats:
             out.formats.append(kind)
     try:
-        out.levels.extend(_aiperf(aiperf_groups, opts, out))
+        out.levels.extend(aiperf_runs.levels(aiperf_groups, opts, out))
     except _MALFORMED as exc:
         raise ConfigError(f"{', '.join(str(d) for d in aiperf_groups)}: not readable as AIPerf's files: a field "
                           f"holds a value of an unexpected type or size ({_what(exc)})") from None

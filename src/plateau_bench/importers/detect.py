@@ -4,7 +4,8 @@ JSON (one document, JSON lines, or documents appended one per line):
 
 * ``{"benchmarks": [{"type_": "generative_benchmark", ...}]}``: GuideLLM;
 * ``{"metadata": {"request_start_ns": ...}, "metrics": ...}`` lines, or an object with ``input_config`` and
-  metric blocks (``{"unit", "avg", ...}``, at the top or under ``records``): AIPerf;
+  metric blocks (``{"unit", "avg", ...}``, at the top or under ``records``), or AIPerf's multi-run and
+  sweep aggregates, or one of the other files it writes (``importers.aiperf_files``): AIPerf;
 * ``{"load_summary", "successes", "failures"}``, or a list of ``{"start_time", "end_time", "info"}``:
   inference-perf;
 * ``{"version", "run", "results": {"request_performance": ...}}``: an llm-d Benchmark Report (also as YAML,
@@ -13,16 +14,30 @@ JSON (one document, JSON lines, or documents appended one per line):
   (vLLM: ``*_e2el_ms``, ``num_prompts``, ``model_id``, ``request_inthroughput``, ...; SGLang:
   ``*_e2e_latency_ms``, ``dataset_name``, ``random_input_len``, ``concurrency``, ...).
 
-Anything else that is not JSON is read as a table (CSV or Markdown).
+Anything else that is not JSON is read as a table (CSV or Markdown), unless it is one of AIPerf's CSV
+exports (``importers.aiperf_csv``).
+
+A directory is read with its subdirectories (AIPerf writes one per run or swept value); the files a tool
+writes beside its results (logs, configurations, console text, plots) are skipped and the warnings say why.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.importers import aiperf, guidellm, guidellm_files, inference_perf, llmd, sglang, vllm
+from plateau_bench.importers import (
+    aiperf_files,
+    aiperf_runs,
+    guidellm,
+    guidellm_files,
+    inference_perf,
+    llmd,
+    sglang,
+    vllm,
+)
 from plateau_bench.importers.common import Where
 from plateau_bench.importers.inference_perf_files import companions as inference_perf_companions
 
@@ -47,7 +62,7 @@ def detect(path: Path, values: list[tuple[Any, Where]]) -> str:
             return "llm-d"
         if guidellm.score(first):
             return "guidellm"
-        if aiperf.is_record(first) or aiperf.is_aggregate(first):
+        if aiperf_runs.kind_of(first) or aiperf_files.not_results(first):
             return "aiperf"
         if inference_perf.is_summary(first):
             return "inference-perf"
@@ -75,26 +90,61 @@ def _companions(files: list[Path]) -> dict[Path, str]:
     return skip
 
 
+def _natural(path: Path) -> list[Any]:
+    """Sort key: ``concurrency_2`` before ``concurrency_16``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def _walk(directory: Path, skipped: list[tuple[Path, str]]) -> list[Path]:
+    """A directory's result files in name order, then its subdirectories' (what is left out: ``skipped``)."""
+    entries = sorted((e for e in directory.iterdir() if not e.name.startswith(".")), key=_natural)
+    files = [f for f in entries if f.is_file()]
+    # The tools' own reasons first (inference-perf names its configuration, partial reports and plots).
+    skip = inference_perf_companions(files)
+    rest = [f for f in files if f not in skip]
+    found = [f for f in rest if f.suffix.lower() in SUFFIXES]
+    skip |= {**_companions(rest), **aiperf_files.companions(found)}
+    skipped.extend(skip.items())
+    skipped.extend((f, f"not a file plateau import reads ({f.suffix or 'no extension'}: a log, plot or "
+                    "binary table)") for f in rest if f not in skip and f.suffix.lower() not in SUFFIXES)
+    out = [f for f in found if f not in skip]
+    for sub in (e for e in entries if e.is_dir() and not e.is_symlink()):
+        why = aiperf_files.skipped_dir(sub)
+        if why:
+            skipped.append((sub, why))
+        else:
+            out.extend(_walk(sub, skipped))
+    return out
+
+
+def _said(skipped: list[tuple[Path, str]]) -> list[str]:
+    """One warning per reason, naming the files it applies to (the first five of more than six)."""
+    by_reason: dict[str, list[Path]] = {}
+    for f, why in skipped:
+        by_reason.setdefault(why, []).append(f)
+    out = []
+    for why, files in by_reason.items():
+        shown = files if len(files) <= 6 else files[:5]
+        names = ", ".join(map(str, shown)) + (f" and {len(files) - len(shown)} more" if len(files) > len(shown) else "")
+        out.append(f"skipped {names}: {why}")
+    return out
+
+
 def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
-    """Files to read (the paths given; a directory's result files in name order) and what was skipped."""
+    """Files to read (the paths given; a directory's result files in name order, its subdirectories' after)
+    and what was skipped."""
     out: list[Path] = []
-    skipped: list[str] = []
+    skipped: list[tuple[Path, str]] = []
     for p in paths:
         if p.is_dir():
-            every = sorted(f for f in p.iterdir() if f.is_file() and not f.name.startswith("."))
-            # The tool's own reasons first (inference-perf names its configuration and its partial reports).
-            skip = inference_perf_companions(every)
-            skip |= {f: why for f, why in _companions([f for f in every if f not in skip]).items()}
-            skipped.extend(f"skipped {f}: {why}" for f, why in skip.items())
-            found = [f for f in every if f not in skip
-                     and (f.suffix.lower() in SUFFIXES or guidellm_files.is_results(f))]
+            found = _walk(p, skipped)
             if not found:
-                raise ConfigError(f"{p}: no result files in this directory ({', '.join(SUFFIXES)})")
+                raise ConfigError(f"{p}: no result files in this directory or below ({', '.join(SUFFIXES)})")
             out.extend(found)
         elif p.is_file():
             out.append(p)
         else:
             raise ConfigError(f"{p}: no such file or directory")
     given = inference_perf_companions([p for p in paths if p.is_file()])   # a run's files named one by one
-    skipped.extend(f"skipped {f}: {why}" for f, why in given.items())
-    return [f for f in out if f not in given], skipped
+    skipped.extend(given.items())
+    return [f for f in out if f not in given], _said(skipped)

@@ -89,6 +89,8 @@ from plateau_bench.spec import WorkloadSpec
 from plateau_bench.sweep.loop import run_plan
 from plateau_bench.sweep.plan import ConcurrencyPlan
 
+from support.readme_check import WHERE, drift, figures
+
 FULL = 210          # scenarios in the full gauntlet: 30 per rotating family ...
 FULL_FRONT_END = 30  # ... and 30 behind a slow front end
 SEED = 0
@@ -166,6 +168,20 @@ def test_one_scenario_per_family() -> None:
     assert not score.what_if_misses(), score.table()
 
 
+def _docs_block_holds(score: Score) -> None:
+    """The diagnosis guide's gauntlet block (bench/gauntlet.py's output, the same 240 scenarios) still shows
+    these figures: checked here, on this run, instead of running the benchmark a second time."""
+    block = figures.BLOCKS["gauntlet"]
+    current = figures.block_text(WHERE["gauntlet"].read_text(), "gauntlet")
+    command = next(line for line in current.split("\n") if line.startswith("$ "))
+    assert f"--scenarios {FULL} --seed {SEED}" in command, command   # the block shows this run
+    rerun = "\n".join([command, f"{FULL} + {FULL_FRONT_END} front-end scenarios (seed {SEED}), 3 arms each: client "
+                        "alone, /metrics, client with one spike", score.table()])
+    moved = drift(current, rerun, block.rel, block.abs, block.loose, spare=1)   # its wall-time line
+    assert not moved, ("the gauntlet block in docs no longer matches; rerun `.venv/bin/python "
+                       "scripts/readme_figures.py gauntlet`:\n" + "\n".join(moved))
+
+
 def _in_sight(outcomes: list[Outcome]) -> list[Outcome]:
     """The outcomes the accuracy bar holds: all but the client arms' on the front-end family (module docstring, 0.)."""
     return [o for o in outcomes if not (o.scenario.family == FRONT_END and o.arm in CLIENT_ARMS)]
@@ -186,6 +202,7 @@ def test_the_full_gauntlet_meets_its_acceptance() -> None:
     cases = _simulate_all(FULL, FULL_FRONT_END, SEED)
     score = Score([o for case in cases for o in judge(case)])
     print(score.table())
+    _docs_block_holds(score)
     assert score.accuracy()[1] == (FULL + FULL_FRONT_END) * len(ARMS)
     correct, total = Score(_in_sight(score.outcomes)).accuracy()
     strays = [o for o in score.outcomes if o.scenario.family != FRONT_END and o.verdict.constraint == FRONT_END]

@@ -115,7 +115,12 @@ def test_the_stage_reports_alone_are_summary_levels(tmp_path: Path) -> None:
     assert c4.output_tokens == 8 * 16                    # the server's count
     assert c4.goodput_rps == pytest.approx(3.2008, rel=1e-3)
     notes = " ".join(c4.notes)
-    assert "counts the client's re-tokenized text" in notes and "TPOT and ITL as inference-perf states them" in notes
+    assert "counts the client's re-tokenized text" in notes and "TPOT and ITL per server token" in notes
+    # TPOT per server token: output tok/s counts the server's tokens, so tok/s x TPOT is the decoding batch.
+    ok = json.loads((run / "stage_2_lifecycle_metrics.json").read_text())["successes"]
+    per_client_token_ms = ok["latency"]["time_per_output_token"]["mean"] * 1000
+    ratio = ok["output_len"]["mean"] / ok["output_tokens"]["mean"]
+    assert ratio > 1.05 and c4.tpot_ms.mean == pytest.approx(per_client_token_ms * ratio)
     assert any("summary_lifecycle_metrics.json" in w for w in imported.warnings)
 
 

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from plateau_bench.importers.common import (
     ImportedLevel,
     ImportOptions,
@@ -196,6 +198,16 @@ def _tokens(s: Summary, ok: dict[str, Any], duration: float | None) -> None:
     s.total_throughput = _stat(thr, "total_tokens_per_sec")
 
 
+def _scaled(lat: Latency | None, factor: float) -> Latency | None:
+    if lat is None:
+        return None
+    def times(v: float | None) -> float | None:
+        return v * factor if v is not None else None
+
+    return msgspec.structs.replace(lat, mean=times(lat.mean), p50=times(lat.p50), p90=times(lat.p90),
+                                   p99=times(lat.p99), max=times(lat.max))
+
+
 def _errors(s: Summary, bad: dict[str, Any]) -> None:
     labels = bad.get("by_label")
     for name, entry in labels.items() if isinstance(labels, dict) else ():
@@ -224,9 +236,15 @@ def summary(o: dict[str, Any], where: Where, opts: ImportOptions, stage_id: str 
     s.tpot, s.itl = _seconds(lat.get("time_per_output_token")), _seconds(lat.get("inter_token_latency"))
     _errors(s, bad)
     client, server = _stat(ok.get("output_len"), "mean"), _stat(ok.get("output_tokens"), "mean")
-    if client and server and abs(client / server - 1) > 0.05:
-        s.notes.append(f"TPOT and ITL as inference-perf states them: per token of its client's re-tokenized count "
-                       f"({client:.1f} a request on average; the server counted {server:.1f})")
+    server_counted = duration and _stat(ok.get("output_tokens"), "total") is not None   # as _tokens reads tok/s
+    if client and server and abs(client / server - 1) > 0.05 and server_counted:
+        # Output tok/s counts the server's tokens: TPOT and ITL are put per server token too, so that tok/s x
+        # TPOT (the decoding batch by Little's law) holds. Exact when every request has the same length.
+        scale = client / server
+        s.tpot, s.itl = _scaled(s.tpot, scale), _scaled(s.itl, scale)
+        s.notes.append(f"TPOT and ITL per server token: inference-perf states them per token of its client's "
+                       f"re-tokenized count ({client:.1f} a request on average; the server counted {server:.1f}), "
+                       f"so they are multiplied by {scale:.2f}")
     if mode == "rate" and rate is None:
         s.notes.append("the report does not say the stage's rate or concurrency"
                        + ("" if stage_id else ": a whole-run summary holds every stage together"))

@@ -111,3 +111,57 @@ def test_sglang_line_it_cannot_read_names_the_client_version_and_the_field(tmp_p
     message = str(err.value)
     assert "missing field 'duration'" in message and "sglang.benchmark.serving (0.5.x)" in message
     assert "\n" not in message
+
+
+def test_a_result_missing_what_every_generation_writes_says_what_it_resembles(tmp_path: Path) -> None:
+    doc = _line("sglang_current/sglang_c2.jsonl")
+    del doc["duration"], doc["completed"]
+    with pytest.raises(ConfigError) as err:
+        import_sources([_write(tmp_path, doc)])
+    message = str(err.value)
+    assert "looks like SGLang sglang.benchmark.serving (0.5.x) but has no 'duration' or 'completed'" in message
+    assert "\n" not in message
+
+
+# -- vLLM 0.32 ------------------------------------------------------------------------------------
+def test_vllm_bench_serve_032_detailed_files_give_the_exact_cap(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    imported = load("vllm_current")
+    levels = {lv.level.concurrency: lv for lv in imported.levels}
+    assert sorted(levels) == [2, 10, 20] and (imported.engine, imported.model) == ("vllm", "tiny")
+    for c, lv in levels.items():
+        assert (lv.level.completed, lv.level.failed, len(lv.records)) == (3 * c, 0, 3 * c)
+    assert [levels[c].level.peak_decoding for c in (2, 10, 20)] == [2, SIM_CAP, SIM_CAP]
+    assert levels[10].level.goodput_rps == pytest.approx(41.06, rel=1e-3) and levels[2].level.goodput_rps is None
+    verdict = _verdict(tmp_path, capsys, DATA / "vllm_current")
+    assert (verdict["constraint"], verdict["estimated_cap"]) == ("admission_cap", SIM_CAP)
+
+
+def test_vllm_sweep_experiment_reads_its_runs_and_skips_what_repeats_them() -> None:
+    imported = load("vllm_current/sweep/exp")
+    assert sorted(lv.level.concurrency or 0 for lv in imported.levels) == [2, 10, 20]
+    assert all(lv.level.completed == 3 * (lv.level.concurrency or 0) and not lv.records for lv in imported.levels)
+    skipped = " ".join(imported.warnings)
+    assert skipped.count("summary.json") == 3 and skipped.count("warmup.json") == 3 and "summary.csv" in skipped
+    (one,) = load("vllm_current/sweep/exp/BENCH--max_concurrency=10-num_prompts=30").levels
+    assert (one.level.concurrency, one.level.completed) == (10, 30)
+
+
+def test_vllm_rust_client_steady_state_window_and_multi_turn_turns() -> None:
+    multi, single = load("vllm_current/rust").levels
+    lv = multi.level
+    assert (lv.mode, lv.concurrency, lv.completed, lv.failed, lv.errors) == ("burst", 4, 23, 1, {"http_5xx": 1})
+    assert [t.turn for t in lv.turns] == [0, 1, 2] and [t.requests for t in lv.turns] == [8, 8, 7]
+    assert lv.turns[2].ttft_ms.p50 == 44.0 and lv.turns[1].prompt_tokens_mean == pytest.approx(1664 / 8)
+    assert lv.ttft_ms.p99 == 64.0 and any("8 conversations of 3 turns, 4 at once" in n for n in lv.notes)
+    assert (single.level.concurrency, len(single.records), single.level.peak_decoding) == (10, 30, SIM_CAP)
+    assert any(n.startswith("steady-state window (vllm-bench): 0.61 s") for n in single.level.notes)
+
+
+def test_vllm_result_it_cannot_read_names_the_client(tmp_path: Path) -> None:
+    doc = json.loads((DATA / "vllm_current/rust/vllm-bench-multi-turn.json").read_text())
+    del doc["multi_turn_concurrency"]
+    with pytest.raises(ConfigError) as err:
+        import_sources([_write(tmp_path, doc, "r.json")])
+    message = str(err.value)
+    assert "missing field 'multi_turn_concurrency'" in message and "vLLM's Rust client vllm-bench" in message

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from plateau_bench.errors import ConfigError
-from plateau_bench.importers import aiperf, guidellm, inference_perf, llmd, sglang, vllm
+from plateau_bench.importers import aiperf, guidellm, inference_perf, llmd, sglang, sglang_steady, vllm, vllm_sweep
 from plateau_bench.importers.common import Where
 
 FORMATS = ("vllm", "sglang", "guidellm", "aiperf", "inference-perf", "llm-d", "table")
@@ -54,8 +54,21 @@ def detect(path: Path, values: list[tuple[Any, Where]]) -> str:
         if v or s:
             return "vllm" if v >= s else "sglang"
     raise where.fail("not a result file plateau import knows (vLLM, SGLang, GuideLLM, AIPerf, inference-perf, "
-                     "llm-d); "
+                     f"llm-d); {_near_miss(first)}"
                      f"name its tool with --from ({', '.join(FORMATS)})")
+
+
+def _near_miss(value: Any) -> str:
+    """Which serving benchmark a result that lacks the keys every one writes resembles, and what it lacks."""
+    if not isinstance(value, dict):
+        return ""
+    v = sum(k in value for k in vllm.MARKS)
+    s = sum(k in value for k in (*sglang.MARKS, *sglang_steady.MARKS))
+    missing = [repr(k) for k in ("duration", "completed") if k not in value]
+    if max(v, s) < 2 or not missing:
+        return ""
+    tool = vllm.generation(value) if v >= s else sglang.generation(value)
+    return f"it looks like {tool} but has no {' or '.join(missing)}; " if tool else ""
 
 
 def _companions(files: list[Path]) -> dict[Path, str]:
@@ -73,6 +86,7 @@ def _companions(files: list[Path]) -> dict[Path, str]:
             skip[f] = "a YAML file that is not an llm-d Benchmark Report (a tool's configuration)"
         elif staged and n in ("summary_lifecycle_metrics.json", "per_request_lifecycle_metrics.json"):
             skip[f] = "the per-stage reports next to it are read instead"
+    skip.update(vllm_sweep.companions(files))
     return skip
 
 
@@ -81,7 +95,11 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
     out: list[Path] = []
     skipped: list[str] = []
     for p in paths:
-        if p.is_dir():
+        sweep = vllm_sweep.experiment_files(p) if p.is_dir() else None
+        if sweep is not None:   # a vllm bench sweep serve experiment: its runs are one folder down
+            out.extend(sweep[0])
+            skipped.extend(sweep[1])
+        elif p.is_dir():
             found = sorted(f for f in p.iterdir() if f.is_file() and f.suffix.lower() in SUFFIXES
                            and not f.name.startswith("."))
             skip = _companions(found)

@@ -81,8 +81,11 @@ def score(o: dict[str, Any]) -> int:
     return 1 + sum(2 for k in (*MARKS, *sglang_steady.MARKS) if k in o)
 
 
-def generation(o: dict[str, Any]) -> str:
-    """Which SGLang client and version a line's keys say it came from (for error messages)."""
+def generation(o: dict[str, Any]) -> str | None:
+    """Which SGLang client and version a line's keys say it came from (for error messages); None when it
+    has none of the keys that tell."""
+    if not any(k in o for k in (*MARKS, *sglang_steady.MARKS)):
+        return None
     if sglang_steady.is_steady(o):
         return "SGLang's steady-state report (sglang.benchmark.steady_state_serving, 0.5.x)"
     if "total_input_text_tokens" in o or "server_info" in o:
@@ -287,7 +290,8 @@ def load(path: Path, values: list[tuple[Any, Where]], opts: ImportOptions,
         try:
             levels.append(level(o, where, opts))
         except ConfigError as exc:
-            raise ConfigError(f"{exc} (the line looks like {generation(o)})") from None
+            tool = generation(o)
+            raise ConfigError(f"{exc} (the line looks like {tool})" if tool else str(exc)) from None
         backend = str(o.get("backend") or "sglang")
         meta.setdefault("engine", next((e for e in ("sglang", "vllm") if backend.startswith(e)), None))
         inp, out, fixed = workload(o, where)

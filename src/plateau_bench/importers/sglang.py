@@ -174,9 +174,10 @@ def _closed_loop(o: dict[str, Any], where: Where, limit: int) -> dict[str, Any] 
     if str(o.get("dataset_name") or "") in NOT_CLOSED_LOOP:
         return None
     ttfts = number_list(o, "ttfts", where) or []
-    gaps = o["itls"]
-    if len(gaps) != len(ttfts) or not all(isinstance(g, list) for g in gaps):
-        return None   # detailed_records names the malformed field
+    gaps = [[] if g is None else g for g in o["itls"]]
+    if len(gaps) != len(ttfts) or not all(isinstance(g, list) for g in gaps) \
+            or not all(isinstance(x, int | float) and not isinstance(x, bool) for g in gaps for x in g):
+        return o   # as it is: detailed_records names the malformed field
     latencies = request_latencies(ttfts, [[float(x) for x in g] for g in gaps])
     sends = closed_loop_sends(latencies, limit)
     if not replay_fits(sends, latencies, number(o, "duration", where, required=True) or 0.0):

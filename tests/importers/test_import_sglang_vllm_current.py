@@ -58,6 +58,20 @@ def test_sglang_detailed_lines_rebuild_their_closed_loop_and_give_the_exact_cap(
     assert (verdict["constraint"], verdict["estimated_cap"]) == ("admission_cap", SIM_CAP)
 
 
+def test_sglang_rust_client_lines_keep_their_summaries_under_a_limit(tmp_path: Path) -> None:
+    levels = {lv.level.concurrency: lv for lv in load("sglang_current/rust").levels}
+    assert sorted(levels) == [2, 10, 20]
+    for c, lv in levels.items():   # its tasks reach the limit in no fixed order: no send times to rebuild
+        assert (lv.level.completed, lv.records) == (3 * c, [])
+        assert any("SGLang's Rust client" in n and "summaries used" in n for n in lv.level.notes)
+        assert lv.level.output_throughput == pytest.approx(_line(f"sglang_current/rust/rust_c{c}.jsonl")
+                                                           ["output_throughput"], rel=0.1)
+    doc = _line("sglang_current/rust/rust_c2.jsonl")
+    del doc["duration"]
+    with pytest.raises(ConfigError, match=r"SGLang's Rust client \(sglang.benchmark.rust_client, 0.5.x\)"):
+        import_sources([_write(tmp_path, doc)], "sglang")
+
+
 def test_sglang_steady_state_report_and_goodput() -> None:
     run, window = load("sglang_current/steady").levels
     lv = run.level

@@ -20,7 +20,11 @@ Keys read, by generation:
   statistics, ``request_rate: "trace"`` for a timestamped trace replay, ``--goodput`` SLOs
   (``goodput_slos_ms``, ``request_goodput``, ``slo_attainment``, ``slo_attainment_by_metric``) and
   ``--cache-report`` (``cache_report.cache_hit_rate_pct``);
-* ``--output-details``: the per-request lists (``importers.lists``), without send times.
+* ``--output-details``: the per-request lists (``importers.lists``), without send times;
+* SGLang's Rust client (``python -m sglang.benchmark.rust_client`` or ``serving --rust-client``, 0.5.x)
+  appends the same keys, plus ``protocol`` (``http`` or ``grpc``) and ``request_rate: "inf"`` as text. Its
+  requests are tasks on a multi-threaded runtime that reach the concurrency limit in no fixed order, so
+  its send times cannot be rebuilt: a capped level keeps its summaries.
 
 The file does not keep ``num_prompts`` (only its name does): a burst's concurrency is ``max_concurrency``
 when set, else the number of requests in the per-request lists, else ``--concurrency``, else the
@@ -88,11 +92,18 @@ def generation(o: dict[str, Any]) -> str | None:
         return None
     if sglang_steady.is_steady(o):
         return "SGLang's steady-state report (sglang.benchmark.steady_state_serving, 0.5.x)"
+    if is_rust_client(o) and "total_input_text_tokens" in o:
+        return "SGLang's Rust client (sglang.benchmark.rust_client, 0.5.x)"
     if "total_input_text_tokens" in o or "server_info" in o:
         return "SGLang sglang.benchmark.serving (0.5.x)"
     if "max_concurrent_requests" in o or "total_throughput" in o:
         return "SGLang bench_serving (2025)"
     return "SGLang bench_serving (2024)"
+
+
+def is_rust_client(o: dict[str, Any]) -> bool:
+    """A line of SGLang's Rust client: the only one that records its ``protocol``."""
+    return "protocol" in o
 
 
 def _rate(o: dict[str, Any], where: Where) -> tuple[float | None, bool]:
@@ -171,7 +182,7 @@ def _peak_in_flight(o: dict[str, Any], where: Where, limit: int | None, notes: l
 
 def _closed_loop(o: dict[str, Any], where: Where, limit: int) -> dict[str, Any] | None:
     """``o`` with the send times its client's closed loop implies, when the replay fits (``closed_loop``)."""
-    if str(o.get("dataset_name") or "") in NOT_CLOSED_LOOP:
+    if str(o.get("dataset_name") or "") in NOT_CLOSED_LOOP or is_rust_client(o):
         return None
     ttfts = number_list(o, "ttfts", where) or []
     gaps = [[] if g is None else g for g in o["itls"]]
@@ -231,7 +242,10 @@ def level(o: dict[str, Any], where: Where, opts: ImportOptions) -> ImportedLevel
     if lv is None:
         s = _summary(o, where, opts, mode, concurrency, rate)
         s.notes[:0] = notes
-        if has_details(o):
+        if has_details(o) and is_rust_client(o) and not at_once:
+            s.notes.append("per-request lists without send times, from SGLang's Rust client, whose requests reach "
+                           "its concurrency limit in no fixed order (they cannot be rebuilt): summaries used")
+        elif has_details(o):
             s.notes.append("per-request lists without send times that can be rebuilt (a rate-limited, trace or "
                            "multi-turn level, or a replay that does not fit the measured duration): summaries used")
         lv = summary_level(s, f"{NAME}: {where}")

@@ -157,8 +157,12 @@ def test_vllm_sweep_experiment_reads_its_runs_and_skips_what_repeats_them() -> N
     assert all(lv.level.completed == 3 * (lv.level.concurrency or 0) and not lv.records for lv in imported.levels)
     skipped = " ".join(imported.warnings)
     assert skipped.count("summary.json") == 3 and skipped.count("warmup.json") == 3 and "summary.csv" in skipped
-    (one,) = load("vllm_current/sweep/exp/BENCH--max_concurrency=10-num_prompts=30").levels
+    combo = "vllm_current/sweep/exp/BENCH--max_concurrency=10-num_prompts=30"
+    (one,) = load(combo).levels
     assert (one.level.concurrency, one.level.completed) == (10, 30)
+    run = json.loads((DATA / combo / "run=0.json").read_text())
+    assert one.level.output_throughput == pytest.approx(run["output_throughput"], rel=0.1)
+    assert one.level.ttft_ms.p50 == pytest.approx(run["median_ttft_ms"], rel=0.1)
 
 
 def test_vllm_rust_client_steady_state_window_and_multi_turn_turns() -> None:

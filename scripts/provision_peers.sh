@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Provision the peer benchmark tools that tests/peers/ runs against serve-sim, each in its own venv,
-# pinned (tests/support/versions.env) and cached by version: AIPerf, GuideLLM and inference-perf.
-# (vLLM's own `vllm bench serve` comes with the vLLM venv of provision_vllm.sh.)
+# pinned (tests/support/versions.env) and cached by version: AIPerf, GuideLLM, inference-perf and SGLang's
+# benchmark client (provision_sglang_bench.sh). vLLM's own `vllm bench serve` comes with the vLLM venv of
+# provision_vllm.sh.
 #
 # GuideLLM needs torch: it gets the CPU build 2.13.0 that this machine image carries on disk, installed
 # before GuideLLM so pip does not fetch a CUDA build. inference-perf 0.7 needs Python 3.12.
@@ -53,6 +54,8 @@ pids[guidellm]=$!
 install_peer inference-perf "$INFERENCE_PERF_VERSION" 3.12 "inference-perf==$INFERENCE_PERF_VERSION" \
   >"$PLATEAU_LOG_DIR/peer-inference-perf.log" 2>&1 &
 pids[inference-perf]=$!
+bash "$(dirname "$0")/provision_sglang_bench.sh" &
+pids[sglang-bench]=$!
 
 failed=0
 for name in "${!pids[@]}"; do

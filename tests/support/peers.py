@@ -21,7 +21,10 @@ from pathlib import Path
 from support.real_servers import ProvisioningError, cache_root, tail, versions
 from support.trained_tokenizers import train_byte_bpe
 
-PEERS = {"aiperf": "AIPERF_VERSION", "guidellm": "GUIDELLM_VERSION", "inference-perf": "INFERENCE_PERF_VERSION"}
+PEERS = {"aiperf": "AIPERF_VERSION", "guidellm": "GUIDELLM_VERSION", "inference-perf": "INFERENCE_PERF_VERSION",
+         "sglang-bench": "SGLANG_BENCH_VERSION"}
+# Provisioned by its own script (not yet part of ``scripts/provision.sh peers``): name -> that script.
+OWN_SCRIPTS = {"sglang-bench": "scripts/provision_sglang_bench.sh"}
 
 
 def peer_venv(name: str) -> Path:
@@ -35,7 +38,8 @@ def peer_command(name: str, executable: str | None = None) -> Path:
     if (venv / ".plateau-ready").exists() and command.exists():
         return command
     log = cache_root() / "logs" / f"peer-{name}.log"
-    raise ProvisioningError(f"{name} is not provisioned (missing {command}). Run scripts/provision.sh peers. "
+    script = OWN_SCRIPTS.get(name, "scripts/provision.sh peers")
+    raise ProvisioningError(f"{name} is not provisioned (missing {command}). Run {script}. "
                             f"Last lines of {log}:\n{tail(log)}")
 
 

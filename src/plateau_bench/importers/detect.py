@@ -36,7 +36,9 @@ from plateau_bench.importers import (
     inference_perf,
     llmd,
     sglang,
+    sglang_steady,
     vllm,
+    vllm_sweep,
 )
 from plateau_bench.importers.common import Where
 from plateau_bench.importers.inference_perf_files import companions as inference_perf_companions
@@ -70,8 +72,21 @@ def detect(path: Path, values: list[tuple[Any, Where]]) -> str:
         if v or s:
             return "vllm" if v >= s else "sglang"
     raise where.fail("not a result file plateau import knows (vLLM, SGLang, GuideLLM, AIPerf, inference-perf, "
-                     "llm-d); "
+                     f"llm-d); {_near_miss(first)}"
                      f"name its tool with --from ({', '.join(FORMATS)})")
+
+
+def _near_miss(value: Any) -> str:
+    """Which serving benchmark a result that lacks the keys every one writes resembles, and what it lacks."""
+    if not isinstance(value, dict):
+        return ""
+    v = sum(k in value for k in vllm.MARKS)
+    s = sum(k in value for k in (*sglang.MARKS, *sglang_steady.MARKS))
+    missing = [repr(k) for k in ("duration", "completed") if k not in value]
+    if max(v, s) < 2 or not missing:
+        return ""
+    tool = vllm.generation(value) if v >= s else sglang.generation(value)
+    return f"it looks like {tool} but has no {' or '.join(missing)}; " if tool else ""
 
 
 def _companions(files: list[Path]) -> dict[Path, str]:
@@ -87,6 +102,7 @@ def _companions(files: list[Path]) -> dict[Path, str]:
         elif f.suffix.lower() in YAML_SUFFIXES and not llmd.is_report_file(f) and not guidellm_files.is_results(f):
             skip[f] = "a YAML file that is not an llm-d Benchmark Report (a tool's configuration)"
     skip.update({f: why for f, why in guidellm_files.companions(files).items() if f not in skip})
+    skip.update(vllm_sweep.companions(files))
     return skip
 
 
@@ -136,7 +152,11 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
     out: list[Path] = []
     skipped: list[tuple[Path, str]] = []
     for p in paths:
-        if p.is_dir():
+        sweep = vllm_sweep.experiment_files(p) if p.is_dir() else None
+        if sweep is not None:   # a vllm bench sweep serve experiment: its runs are one folder down
+            out.extend(sweep[0])
+            skipped.extend(sweep[1])
+        elif p.is_dir():
             found = _walk(p, skipped)
             if not found:
                 raise ConfigError(f"{p}: no result files in this directory or below ({', '.join(SUFFIXES)})")

@@ -4,7 +4,9 @@ Both tools run the same shape: a closed loop of 4 over N requests (vLLM: ``--max
 --num-prompts N``; plateau: ``run --concurrency 4 --num-requests N``), 32-token random prompts, exactly
 64 output tokens (ignore_eos), the same local tokenizer. Both define output throughput as output
 tokens over the wall time of the whole burst and TPOT as (E2E - TTFT) / (output tokens - 1) per
-request, averaged over requests, so the figures should agree up to measurement noise.
+request, averaged over requests, so the figures should agree up to measurement noise. plateau runs
+with ``--no-metrics`` here, as ``vllm bench serve`` reads no /metrics: on two shared cores the scrapes
+cost the server's API process time, which a comparison of the clients' measurements must leave out.
 
 The noise is real on a small shared machine: one burst of either tool can differ from the next by
 tens of percent. So each tool runs ROUNDS times, alternating, and the medians are compared with a
@@ -68,6 +70,7 @@ def _plateau_figures(plateau_cli: PlateauCli, server: ServerHandle, out: Path) -
     summary = plateau_cli.saved(
         out, "run", *plateau_cli.target(server), "--concurrency", str(CONCURRENCY),
         "--num-requests", str(NUM_REQUESTS), "--input-len", str(INPUT_LEN), "--output-len", str(OUTPUT_LEN),
+        "--no-metrics",
     )  # fmt: skip
     level = summary["levels"][0]
     assert level["completed"] == NUM_REQUESTS and level["output_tokens"] == NUM_REQUESTS * OUTPUT_LEN

@@ -109,6 +109,13 @@ def test_the_csv_alone_gives_the_same_levels_from_summaries() -> None:
         assert s.tpot_ms.mean == pytest.approx(r.itl_ms.mean, rel=0.01)   # GuideLLM's ITL: its last-token TPOT
 
 
+def test_the_csv_alone_names_the_cap_within_ten_percent(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Summaries only: the decoding batch by Little's law on tokens (output tok/s x TPOT) holds at the cap.
+    verdict = _verdict([SAMPLE / "benchmarks.csv"], tmp_path, capsys)
+    assert verdict["constraint"] == "admission_cap", verdict
+    assert abs(float(verdict["estimated_cap"]) - CAP) <= 0.1 * CAP, verdict   # type: ignore[arg-type]
+
+
 @pytest.mark.slow   # PyYAML reads the half-megabyte report in seconds
 def test_the_yaml_report_reads_as_the_json_one(tmp_path: Path) -> None:
     alone = import_sources([_yaml_twin(tmp_path)])

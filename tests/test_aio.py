@@ -96,3 +96,25 @@ def test_a_sigterm_lost_inside_a_callback_still_ends_the_run() -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
         aio._terminated = False
+
+
+async def _report_to_the_loop(error: BaseException) -> None:
+    asyncio.get_running_loop().call_exception_handler({"message": "Fatal error on transport", "exception": error})
+
+
+@pytest.mark.parametrize(("terminated", "error", "printed"), [
+    (True, KeyboardInterrupt(), False),    # SIGTERM's interrupt, caught by a transport: the run ends in one line
+    (False, KeyboardInterrupt(), True),    # not ours: the loop says it as it always does
+    (True, ConnectionResetError(), True),  # a real transport error while ending is still said
+])
+def test_the_loop_is_quiet_only_about_sigterms_own_interrupt(caplog: pytest.LogCaptureFixture, terminated: bool,
+                                                             error: BaseException, printed: bool) -> None:
+    from plateau_bench import aio
+
+    aio._terminated = terminated
+    try:
+        with caplog.at_level("ERROR", logger="asyncio"):
+            aio.run(_report_to_the_loop(error))
+    finally:
+        aio._terminated = False
+    assert ("Fatal error on transport" in caplog.text) is printed

@@ -57,7 +57,17 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         return await main
 
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
+        runner.get_loop().set_exception_handler(_quiet_about_the_interrupt)
         return runner.run(noted())
+
+
+def _quiet_about_the_interrupt(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's report of an error nobody awaited, except the interrupt SIGTERM raised inside a transport's
+    callback: the loop calls that a fatal transport error and would print it with a traceback, while the run
+    is already ending with its one line (``_interrupt_if_still_running`` makes sure it does)."""
+    if _terminated and isinstance(context.get("exception"), KeyboardInterrupt):
+        return
+    loop.default_exception_handler(context)
 
 
 @contextmanager

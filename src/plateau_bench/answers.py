@@ -200,6 +200,9 @@ class TuneTrial(msgspec.Struct, kw_only=True):
     setting: dict[str, int]
     why: str                              # start | candidate | brute force | measured only
     predicted_tok_s: float | None = None  # plateau (or, with --slo, the largest load meeting it)
+    # The top of the prediction's band: what the setting may measure if the prediction is as far off as
+    # the calibration's worst held-out one.
+    predicted_high: float | None = None
     measured_tok_s: float | None = None
     run_dir: str | None = None
     server_ready_s: float | None = None

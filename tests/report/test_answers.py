@@ -137,13 +137,14 @@ def test_a_tune_puts_predicted_against_measured_and_recommends() -> None:
                       slos=["ttft_p99<=2s"], trials=[
                           TuneTrial(setting={"max_num_seqs": 8}, why="start", predicted_tok_s=1000.0,
                                     measured_tok_s=1100.0, predicted_from=[{"max_num_seqs": 8}]),
-                          TuneTrial(setting={"max_num_seqs": 32}, why="candidate", predicted_tok_s=3000.0)],
+                          TuneTrial(setting={"max_num_seqs": 32}, why="candidate", predicted_tok_s=3000.0,
+                                    predicted_high=3750.0)],
                       recommendation={"max_num_seqs": 8}, recommended_tok_s=1100.0, restarts=2,
                       brute_force_restarts=2, predicted=True, calibration_notes=["fitted on 1 sweep"])
     out = text(tune_view(done, 2))
     assert "plateau tune: throughput (ttft_p99<=2s)" in out
     assert rows(tune_view(done, 2), "max_num_seqs=8")[0] == ["max_num_seqs=8", "start", "8", "1,000", "1,100", "-9.1%"]
-    assert rows(tune_view(done, 2), "max_num_seqs=32")[0][-2:] == ["-", "-"]
+    assert rows(tune_view(done, 2), "max_num_seqs=32")[0][-3:] == ["3,000 (up to 3,750)", "-", "-"]
     assert "  note: fitted on 1 sweep" in out
     assert "Recommended: max_num_seqs=8 (1,100 tok/s measured); 2 server start(s) against 2 for the grid" in out
 

@@ -12,7 +12,7 @@ import pytest
 
 from plateau_bench.errors import ConfigError
 from plateau_bench.redaction import redact_command
-from plateau_bench.sweep.tune import TuneResult, check_template, parse_param, render, settings
+from plateau_bench.sweep.tune import Forecast, TuneResult, check_template, parse_param, render, settings
 
 from support.loading import plateau
 
@@ -116,9 +116,9 @@ def test_each_measurement_recalibrates_before_the_next_candidate_is_chosen(tmp_p
         calibrations.append(names)
         linear = names == ["run-parallel-2"]    # the start alone: throughput taken to grow with the cap
 
-        async def predict(setting: dict[str, int]) -> float:
+        async def predict(setting: dict[str, int]) -> Forecast:
             x = setting["parallel"]
-            return 90.0 * x if linear else truth[x] * 1.05
+            return Forecast(90.0 * x if linear else truth[x] * 1.05)
         return predict
 
     done = asyncio.run(run_tune([parse_param("parallel=1..8")], {"parallel": 2}, measure, tmp_path,  # type: ignore[arg-type]
@@ -147,8 +147,8 @@ def test_the_rounds_end_when_no_setting_left_could_beat_the_best_measured(tmp_pa
         return _fake_sweep(truth[setting["parallel"]]), 0.1
 
     async def calibrate_on(run_dirs: object) -> object:
-        async def predict(setting: dict[str, int]) -> float:
-            return truth[setting["parallel"]] * (1.10 if setting["parallel"] == 16 else 1.0)
+        async def predict(setting: dict[str, int]) -> Forecast:
+            return Forecast(truth[setting["parallel"]] * (1.10 if setting["parallel"] == 16 else 1.0))
         return predict
 
     done = asyncio.run(run_tune([parse_param("parallel=1..16")], {"parallel": 4}, measure, tmp_path,  # type: ignore[arg-type]
@@ -157,8 +157,50 @@ def test_the_rounds_end_when_no_setting_left_could_beat_the_best_measured(tmp_pa
     # if it were 10 % low, so it is measured; 2 (190) and 1 (100) could not, and are not.
     assert sorted(t.setting["parallel"] for t in done.trials) == [4, 8, 16]
     assert done.restarts == 3 and done.recommendation == {"parallel": 16}
-    assert any("no setting left could beat parallel=16 (312 tok/s measured) even if its prediction were 10% low"
-               in n for n in done.calibration_notes)
+    assert any("no setting left could beat parallel=16 (312 tok/s measured): at the top of their bands (held-out "
+               "error 0%, largest error so far 10%) the best would measure 211" in n for n in done.calibration_notes)
+
+
+def test_the_calibrations_held_out_error_keeps_a_tune_from_stopping_on_the_models_word(tmp_path: Path) -> None:
+    """The same tune as above, but the calibration's cross-validation held a sweep out at 48 % off: 2 (predicted
+    190, up to 365 by that band) could beat 312, so the rounds go on; each trial keeps its band's top."""
+    import asyncio
+
+    from plateau_bench.spec import WorkloadSpec
+    from plateau_bench.sweep.tune import run_tune
+
+    truth = {1: 100.0, 2: 190.0, 4: 300.0, 8: 310.0, 16: 312.0}
+
+    async def measure(setting: dict[str, int], run_dir: Path) -> tuple[object, float | None]:
+        run_dir.mkdir(parents=True)
+        return _fake_sweep(truth[setting["parallel"]]), 0.1
+
+    async def calibrate_on(run_dirs: object) -> object:
+        async def predict(setting: dict[str, int]) -> Forecast:
+            return Forecast(truth[setting["parallel"]], held_out=0.48)
+        return predict
+
+    done = asyncio.run(run_tune([parse_param("parallel=1..16")], {"parallel": 4}, measure, tmp_path,  # type: ignore[arg-type]
+                                workload=WorkloadSpec(), candidates=4, calibrate_on=calibrate_on))  # type: ignore[arg-type]
+    assert sorted(t.setting["parallel"] for t in done.trials) == [2, 4, 8, 16]   # 1 (up to 192) could not
+    assert any("(held-out error 48%, largest error so far 0%) the best would measure 192" in n
+               for n in done.calibration_notes)
+    by_x = {t.setting["parallel"]: t for t in done.trials}
+    assert by_x[2].predicted_high == pytest.approx(190.0 / 0.52)
+
+
+def test_the_held_out_error_of_a_tune_is_the_sweeps_where_there_are_several() -> None:
+    from plateau_bench.answers import CrossValidation
+    from plateau_bench.sweep.tune import held_out_error
+
+    def model(cv: CrossValidation | None) -> object:
+        return type("M", (), {"cross_validation": cv})()
+
+    assert held_out_error(model(None)) == 0.0  # type: ignore[arg-type]
+    assert held_out_error(model(CrossValidation(worst_error=-0.12))) == pytest.approx(0.12)  # type: ignore[arg-type]
+    both = CrossValidation(worst_error=0.05, sweep_worst_error=-0.31)
+    assert held_out_error(model(both)) == pytest.approx(0.31)  # type: ignore[arg-type]
+    assert held_out_error(model(CrossValidation(sweep_worst_error=2.0))) == 0.9  # type: ignore[arg-type]
 
 
 def test_a_candidate_with_a_cap_is_swept_from_a_quarter_of_it() -> None:
@@ -197,8 +239,8 @@ def test_sweeps_that_do_not_calibrate_together_keep_the_last_models_word(tmp_pat
         if len(run_dirs) > 1:  # type: ignore[arg-type]
             raise ResultsError("calibration needs levels at two or more decoding batches")
 
-        async def predict(setting: dict[str, int]) -> float:
-            return first_model[setting["parallel"]]
+        async def predict(setting: dict[str, int]) -> Forecast:
+            return Forecast(first_model[setting["parallel"]])
         return predict
 
     done = asyncio.run(run_tune([parse_param("parallel=1..8")], {"parallel": 2}, measure, tmp_path,  # type: ignore[arg-type]

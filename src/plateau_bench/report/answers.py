@@ -11,7 +11,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from plateau_bench.answers import TERMS, CalibratedModel, CapacityPlan, Prediction, ReplicaTrial, TuneResult
+from plateau_bench.answers import TERMS, CalibratedModel, CapacityPlan, Prediction, ReplicaTrial, TuneResult, TuneTrial
 from plateau_bench.spec import WorkloadSpec
 
 _UNITS = {"t0": ("ms per step", 1e3), "a": ("ms per decoding sequence", 1e3), "b": ("us per prompt token", 1e6),
@@ -132,6 +132,14 @@ def _setting(setting: dict[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in setting.items())
 
 
+def _predicted(trial: TuneTrial) -> str:
+    """The prediction and, where the calibration's held-out error widens it, the top of its band."""
+    p, high = trial.predicted_tok_s, trial.predicted_high
+    if p is None:
+        return "-"
+    return f"{p:,.0f} (up to {high:,.0f})" if high is not None and high > p * 1.005 else f"{p:,.0f}"
+
+
 def tune_view(done: TuneResult, grid: int) -> Group:
     """Predicted against measured for every setting measured, and the recommendation (``grid``: the
     settings a brute-force grid would start a server for)."""
@@ -142,8 +150,7 @@ def tune_view(done: TuneResult, grid: int) -> Group:
         err = t.error
         basis = " + ".join("/".join(str(v) for v in s.values()) for s in t.predicted_from) or "-"
         table.add_row(_setting(t.setting), t.why, basis,
-                      f"{t.predicted_tok_s:,.0f}" if t.predicted_tok_s is not None else "-",
-                      f"{t.measured_tok_s:,.0f}" if t.measured_tok_s is not None else "-",
+                      _predicted(t), f"{t.measured_tok_s:,.0f}" if t.measured_tok_s is not None else "-",
                       f"{err:+.1%}" if err is not None else "-")
     parts: list[RenderableType] = [table, *_notes(done.calibration_notes)]
     if done.recommendation is None:

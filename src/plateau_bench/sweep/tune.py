@@ -11,11 +11,14 @@
    calibrated again on every sweep measured so far and the rest predicted anew: a server whose step
    time the first sweep could not foresee (llama.cpp's grows with its slot count, not only with the
    batch) corrects the model before the next restart. At most ``candidates`` such rounds; they end
-   sooner when no setting left is predicted to beat the best measured one even by the largest error
-   the predictions have shown so far. The recommendation is the best measured setting. Predicted and
-   measured figures are kept side by side (each prediction with the sweeps it was calibrated on), with
-   the restarts spent and what a brute-force grid would have spent (``--brute-force`` measures it all
-   too, for a check, predicted by the last calibration).
+   sooner when no setting left could beat the best measured one even at the top of its band: the
+   prediction over one minus the larger of the calibration's held-out error (a sweep predicted without
+   itself, else a level) and the largest error the predictions have shown so far. A tune does not stop
+   on the model's word where the model's own cross-validation says it is not that good. The
+   recommendation is the best measured setting. Predicted and measured figures are kept side by side
+   (each prediction with the sweeps it was calibrated on, and the top of its band), with the restarts
+   spent and what a brute-force grid would have spent (``--brute-force`` measures it all too, for a
+   check, predicted by the last calibration).
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ import itertools
 import shlex
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
 from plateau_bench.analysis.calibration import calibrate
 from plateau_bench.analysis.slo import Slo
+from plateau_bench.answers import CalibratedModel
 from plateau_bench.answers import TuneParam as TuneParam  # re-exported: what a tune is
 from plateau_bench.answers import TuneResult as TuneResult
 from plateau_bench.answers import TuneTrial as TuneTrial
@@ -124,8 +129,20 @@ def objective_value(result: ResultFile, use_slo: bool) -> float | None:
     return max(ok) if ok else None
 
 
+class Forecast(NamedTuple):
+    """A setting's predicted objective and the largest error the calibration's cross-validation allows it."""
+
+    tok_s: float
+    held_out: float = 0.0   # |relative error| of the worst held-out prediction (0: none known)
+
+    @property
+    def high(self) -> float:
+        """The most the setting may measure if the prediction is as far off as the worst held-out one."""
+        return self.tok_s / (1.0 - self.held_out)
+
+
 Measure = Callable[[dict[str, int], Path], Awaitable[tuple[ResultFile, float | None]]]
-Predict = Callable[[dict[str, int]], Awaitable[float | None]]
+Predict = Callable[[dict[str, int]], Awaitable[Forecast | None]]
 
 
 def _key(setting: dict[str, int]) -> tuple[tuple[str, int], ...]:
@@ -136,6 +153,14 @@ def _name(setting: dict[str, int]) -> str:
     return "run-" + "-".join(f"{k}-{v}" for k, v in setting.items())
 
 
+def held_out_error(model: CalibratedModel) -> float:
+    """The worst held-out error of a calibration, as a fraction below 1: leave one sweep out where there
+    were several sweeps (another setting is what a tune predicts), else leave one level out."""
+    cv = model.cross_validation
+    worst = [abs(e) for e in (cv.sweep_worst_error, cv.worst_error) if e is not None] if cv is not None else []
+    return min(0.9, worst[0]) if worst else 0.0
+
+
 async def predictor(run_dirs: Sequence[Path], params: Sequence[TuneParam], workload: WorkloadSpec,
                     slos: Sequence[Slo], notes: list[str]) -> Predict:
     """Predictions from the twin calibrated on the sweeps measured so far."""
@@ -143,6 +168,7 @@ async def predictor(run_dirs: Sequence[Path], params: Sequence[TuneParam], workl
 
     model = calibrate([load_sweep(d) for d in run_dirs])
     notes += model.notes
+    held_out = held_out_error(model)
     largest = max(v for p in params if p.knob == "cap" for v in p.values) if any(p.knob == "cap" for p in params) \
         else model.engine.max_num_seqs
     kv = None
@@ -151,15 +177,17 @@ async def predictor(run_dirs: Sequence[Path], params: Sequence[TuneParam], workl
         notes.append(f"KV cache unknown: predicted as if it held {kv:,} tokens (every candidate's sequences); "
                      "the measurements say whether it does")
 
-    async def predicted(setting: dict[str, int]) -> float | None:
+    async def predicted(setting: dict[str, int]) -> Forecast | None:
         knobs = {p.knob: setting[p.name] for p in params}
         done = await predict(model, workload, Settings(max_num_seqs=knobs.get("cap"), kv_tokens=kv,
                                                        max_num_batched_tokens=knobs.get("budget")),
                              slos=slos, band=False)
         if slos:
-            return done.slo_throughput
-        return done.plateau.throughput if done.plateau else max((lv.output_throughput for lv in done.levels),
-                                                                default=None)
+            value = done.slo_throughput
+        else:
+            value = done.plateau.throughput if done.plateau else max(
+                (lv.output_throughput for lv in done.levels), default=None)
+        return None if value is None else Forecast(value, held_out)
     return predicted
 
 
@@ -177,14 +205,13 @@ class _Search:
         self.out_dir = out_dir
         self.calibrate_on = calibrate_on
         self.trials: dict[tuple[tuple[str, int], ...], TuneTrial] = {}
-        self.predictions: dict[tuple[tuple[str, int], ...], float | None] = {}
+        self.predictions: dict[tuple[tuple[str, int], ...], Forecast | None] = {}
         self.basis: list[dict[str, int]] = []     # the settings the current predictions were calibrated on
 
     async def measured(self, setting: dict[str, int], why: str) -> TuneTrial:
         run_dir = self.out_dir / _name(setting)
-        predicted = self.predictions.get(_key(setting))
-        trial = TuneTrial(setting=setting, why=why, predicted_tok_s=predicted, run_dir=str(run_dir),
-                          predicted_from=list(self.basis) if predicted is not None else [])
+        trial = TuneTrial(setting=setting, why=why, run_dir=str(run_dir))
+        self.note_prediction(trial)
         self.trials[_key(setting)] = trial
         try:
             result, trial.server_ready_s = await self.measure(setting, run_dir)
@@ -206,6 +233,13 @@ class _Search:
         predictions = {_key(s): await predict(s) for s in self.grid}
         self.basis, self.predictions = [t.setting for t in ok], predictions
 
+    def note_prediction(self, trial: TuneTrial) -> None:
+        """Put the prediction of the moment for the trial's setting (and its band) on the trial."""
+        forecast = self.predictions.get(_key(trial.setting))
+        if forecast is not None:
+            trial.predicted_tok_s, trial.predicted_high = forecast.tok_s, forecast.high
+            trial.predicted_from = list(self.basis)
+
     def unmeasured(self) -> list[dict[str, int]]:
         return [s for s in self.grid if _key(s) not in self.trials]
 
@@ -216,17 +250,24 @@ class _Search:
     def worst_error(self) -> float:
         return max((abs(t.error) for t in self.trials.values() if t.error is not None), default=0.0)
 
+    def upper(self, forecast: Forecast) -> float:
+        """The most a setting may measure: its prediction over one minus the larger of its held-out error
+        and the largest error seen so far (capped below 1: a prediction 100 % off bounds nothing)."""
+        margin = min(0.95, max(forecast.held_out, self.worst_error()))
+        return forecast.tok_s / (1.0 - margin)
+
     def next_candidate(self) -> tuple[dict[str, int] | None, str]:
-        left = [s for s in self.unmeasured() if self.predictions.get(_key(s)) is not None]
+        left = [(s, f) for s in self.unmeasured() if (f := self.predictions.get(_key(s))) is not None]
         if not left:
             return None, "every setting the twin predicts is measured"
-        top = max(left, key=lambda s: self.predictions[_key(s)] or 0.0)
-        best, margin = self.best(), self.worst_error()
-        # Predictions have been off by up to ``margin``: a setting predicted at p may measure up to p / (1 - margin).
-        if best is not None and (self.predictions[_key(top)] or 0.0) <= (best.measured_tok_s or 0.0) * (1.0 - margin):
-            return None, (f"no setting left could beat {_label(best.setting)} ({best.measured_tok_s:,.0f} tok/s "
-                          f"measured) even if its prediction were {margin:.0%} low, the largest error so far")
-        return top, ""
+        top, forecast = max(left, key=lambda sf: sf[1].tok_s)
+        best = self.best()
+        if best is None or any(self.upper(f) > (best.measured_tok_s or 0.0) for _, f in left):
+            return top, ""
+        reach = max(self.upper(f) for _, f in left)
+        return None, (f"no setting left could beat {_label(best.setting)} ({best.measured_tok_s:,.0f} tok/s "
+                      f"measured): at the top of their bands (held-out error {forecast.held_out:.0%}, largest "
+                      f"error so far {self.worst_error():.0%}) the best would measure {reach:,.0f}")
 
 
 def _label(setting: dict[str, int]) -> str:
@@ -257,8 +298,7 @@ async def run_tune(params: Sequence[TuneParam], start: dict[str, int], measure: 
     known = all(p.knob for p in params)
     if known:
         await search.recalibrate()
-        search.trials[_key(start)].predicted_tok_s = search.predictions.get(_key(start))
-        search.trials[_key(start)].predicted_from = list(search.basis)
+        search.note_prediction(search.trials[_key(start)])
         stopped = ""
         for _ in range(candidates):
             setting, stopped = search.next_candidate()

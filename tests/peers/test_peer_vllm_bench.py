@@ -4,16 +4,12 @@ loop writes them) import as they are, and the verdict names that exact cap."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
 
-from plateau_bench.sim.embed import start_sim_server
-from plateau_bench.sim.presets import get_preset
-
 from support.loading import Cli
-from support.peers import random_cap
+from support.peers import assert_runs_name_the_cap
 from support.real_servers import require_provisioned, vllm_venv
 
 
@@ -31,16 +27,6 @@ def _bench(url: str, model: str, tokenizer: Path, concurrency: int, out: Path) -
 
 def test_vllm_bench_serve_files_import_and_name_the_cap(cli: Cli, tokenizer_dir: Path, tmp_path: Path) -> None:
     require_provisioned("vllm", [vllm_venv() / "bin" / "vllm"])
-    cap = random_cap(3, 8)
-    config = get_preset("tiny").with_overrides(max_num_seqs=cap)
     out = tmp_path / "vllm-bench"
-    with start_sim_server(config, tokenizer=str(tokenizer_dir)) as sim:
-        for concurrency in (max(1, cap // 2), 2 * cap, 4 * cap):
-            done = _bench(sim.url, config.model_name, tokenizer_dir, concurrency, out)
-            assert done.returncode == 0, f"cap {cap}, C={concurrency}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-    imported = cli("import", str(out), "--out", str(tmp_path / "imported"))
-    assert imported.exit_code == 0, imported.output
-    diagnosed = cli("diagnose", str(tmp_path / "imported"), "--json")
-    assert diagnosed.exit_code == 0, diagnosed.output
-    verdict = json.loads(diagnosed.stdout)["verdict"]
-    assert (verdict["constraint"], verdict["estimated_cap"]) == ("admission_cap", cap), (cap, verdict)
+    assert_runs_name_the_cap(cli, tokenizer_dir, tmp_path, out,
+                             lambda url, model, concurrency: _bench(url, model, tokenizer_dir, concurrency, out))

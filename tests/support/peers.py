@@ -15,9 +15,13 @@ import json
 import os
 import random
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from plateau_bench.sim.embed import start_sim_server
+from plateau_bench.sim.presets import get_preset
+
+from support.loading import Cli
 from support.real_servers import ProvisioningError, cache_root, tail, versions
 from support.trained_tokenizers import train_byte_bpe
 
@@ -70,3 +74,25 @@ def run_peer(command: Sequence[str | Path], cwd: Path, timeout_s: float, env: di
                           timeout=timeout_s, check=False)
     (cwd / "peer.log").write_text(done.stdout + "\n" + done.stderr)
     return done
+
+
+# A peer tool's run at one concurrency against serve-sim: (server URL, model name, concurrency) -> its process.
+PeerRun = Callable[[str, str, int], subprocess.CompletedProcess[str]]
+
+
+def assert_runs_name_the_cap(cli: Cli, tokenizer_dir: Path, tmp_path: Path, out: Path, run_at: PeerRun) -> None:
+    """Run a peer tool against serve-sim with a random cap at half, twice and four times that cap (each run
+    writing its result file into ``out``), import ``out`` as it is, and assert the verdict names that exact
+    cap: below, at and well past the cap is what a user's shell loop covers to find it."""
+    cap = random_cap(3, 8)
+    config = get_preset("tiny").with_overrides(max_num_seqs=cap)
+    with start_sim_server(config, tokenizer=str(tokenizer_dir)) as sim:
+        for concurrency in (max(1, cap // 2), 2 * cap, 4 * cap):
+            done = run_at(sim.url, config.model_name, concurrency)
+            assert done.returncode == 0, f"cap {cap}, C={concurrency}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    imported = cli("import", str(out), "--out", str(tmp_path / "imported"))
+    assert imported.exit_code == 0, imported.output
+    diagnosed = cli("diagnose", str(tmp_path / "imported"), "--json")
+    assert diagnosed.exit_code == 0, diagnosed.output
+    verdict = json.loads(diagnosed.stdout)["verdict"]
+    assert (verdict["constraint"], verdict["estimated_cap"]) == ("admission_cap", cap), (cap, verdict)

@@ -16,30 +16,27 @@ from pathlib import Path
 from typing import Any
 
 from plateau_bench.errors import ConfigError, PlateauError
-from plateau_bench.importers import (
-    aiperf_csv,
-    aiperf_runs,
-    guidellm,
-    guidellm_files,
-    inference_perf,
-    llmd,
-    sglang,
-    table,
-    vllm,
-)
+from plateau_bench.importers import aiperf_csv, aiperf_runs, guidellm_files, llmd, table
 from plateau_bench.importers.common import (
     Imported,
     ImportedLevel,
     ImportOptions,
-    Where,
     json_values,
     read_text,
     unique_label,
 )
-from plateau_bench.importers.detect import FORMATS, YAML_SUFFIXES, detect, expand, is_json
+from plateau_bench.importers.detect import (
+    FORMATS,
+    JSON_READERS,
+    YAML_SUFFIXES,
+    AiperfGroups,
+    detect,
+    expand,
+    is_json,
+    llmd_levels,
+)
 from plateau_bench.importers.export import to_vllm_json, vllm_json_lines
 from plateau_bench.importers.inference_perf_files import not_results
-from plateau_bench.importers.inference_perf_requests import per_request_levels
 
 __all__ = [
     "FORMATS",
@@ -65,42 +62,6 @@ def _merge(out: Imported, meta: dict[str, Any]) -> None:
             out.warnings.append(f"the sources disagree on {key} ({getattr(out, key)} and {value}): the first is kept")
 
 
-def _llmd(values: list[tuple[Any, Where]], opts: ImportOptions) -> tuple[list[ImportedLevel], dict[str, Any]]:
-    levels: list[ImportedLevel] = []
-    meta: dict[str, Any] = {}
-    for value, where in values:
-        if not llmd.is_report(value):
-            raise where.missing("results.request_performance", "an llm-d Benchmark Report")
-        levels.append(llmd.report_level(value, where, opts))
-        meta = meta or {"model": llmd.model(value)}
-    return levels, meta
-
-
-def _json(path: Path, text: str, fmt: str, values: list[tuple[Any, Where]], opts: ImportOptions,
-          aiperf_groups: dict[Path, dict[str, list[tuple[Any, Where]]]]) -> tuple[list[ImportedLevel], dict[str, Any]]:
-    if fmt == "vllm":
-        return vllm.load(path, values, opts)
-    if fmt == "sglang":
-        return sglang.load(path, values, opts)
-    if fmt == "guidellm":
-        return guidellm.load(path, text, values, opts)
-    if fmt == "llm-d":
-        return _llmd(values, opts)
-    if fmt == "inference-perf":
-        levels, meta = [], {}
-        for value, where in values:
-            if inference_perf.is_per_request(value):
-                levels.extend(per_request_levels(value, path, where, opts))
-            elif isinstance(value, dict) and inference_perf.is_summary(value):
-                levels.append(inference_perf.summary(value, where, opts, inference_perf.stage_of(path)))
-                meta = inference_perf.lengths(value)
-            else:
-                raise where.missing("successes", "an inference-perf lifecycle report")
-        return levels, meta
-    aiperf_runs.collect(values, aiperf_groups[path.parent])
-    return [], {}
-
-
 # What a parser raises on a value of the wrong type or size deep in a file (a number where a list was, a
 # 1e300 where a count was): the file is malformed for its format, said in one line naming it.
 _MALFORMED = (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError, ZeroDivisionError)
@@ -111,8 +72,7 @@ def _what(exc: BaseException) -> str:
 
 
 def _one_file(path: Path, fmt: str | None, opts: ImportOptions,
-              aiperf_groups: dict[Path, dict[str, list[tuple[Any, Where]]]],
-              out: Imported) -> tuple[list[ImportedLevel], dict[str, Any], str]:
+              aiperf_groups: AiperfGroups, out: Imported) -> tuple[list[ImportedLevel], dict[str, Any], str]:
     """The levels of one file, its run-wide facts and its format (a malformed value: one ConfigError line)."""
     text = read_text(path)
     if not text.strip():
@@ -126,12 +86,12 @@ def _one_file(path: Path, fmt: str | None, opts: ImportOptions,
             levels, meta = guidellm_files.load(path, text, other, opts)
             return levels, meta, "guidellm"
         if fmt == "llm-d" or (fmt is None and path.suffix.lower() in YAML_SUFFIXES and not is_json(text)):
-            levels, meta = _llmd(llmd.yaml_values(path, text), opts)
+            levels, meta = llmd_levels(llmd.yaml_values(path, text), opts)
             return levels, meta, "llm-d"
         if (kind != "table" and (fmt != "aiperf" or is_json(text))) or (fmt is None and is_json(text)):
             values = json_values(path, text)
             kind = fmt or detect(path, values)
-            levels, meta = _json(path, text, kind, values, opts, aiperf_groups)
+            levels, meta = JSON_READERS[kind](path, text, values, opts, aiperf_groups)
             return levels, meta, kind
         if fmt in (None, "aiperf") and (found := aiperf_csv.load(path, text, opts)) is not None:
             return found, {}, "aiperf"
@@ -153,7 +113,7 @@ def import_sources(paths: list[Path], fmt: str | None = None, opts: ImportOption
     if fmt is not None and fmt not in FORMATS:
         raise ConfigError(f"unknown --from {fmt!r}: choose one of {', '.join(FORMATS)}")
     out = Imported()
-    aiperf_groups: dict[Path, dict[str, list[tuple[Any, Where]]]] = defaultdict(lambda: defaultdict(list))
+    aiperf_groups: AiperfGroups = defaultdict(lambda: defaultdict(list))
     files, skipped = expand(paths)
     out.warnings.extend(skipped)
     for path in files:

@@ -19,11 +19,15 @@ exports (``importers.aiperf_csv``).
 
 A directory is read with its subdirectories (AIPerf writes one per run or swept value); the files a tool
 writes beside its results (logs, configurations, console text, plots) are skipped and the warnings say why.
+
+``JSON_READERS`` reads a JSON file once its format is known; ``FORMATS``, what ``--from`` takes, is made
+from it, so the formats detected, read and offered are one list.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +44,60 @@ from plateau_bench.importers import (
     vllm,
     vllm_sweep,
 )
-from plateau_bench.importers.common import Where
+from plateau_bench.importers.common import ImportedLevel, ImportOptions, Where
 from plateau_bench.importers.inference_perf_files import companions as inference_perf_companions
+from plateau_bench.importers.inference_perf_requests import per_request_levels
 
-FORMATS = ("vllm", "sglang", "guidellm", "aiperf", "inference-perf", "llm-d", "table")
+# AIPerf's JSON values by directory, then by run: a run is read once all its directory's files are in.
+AiperfGroups = dict[Path, dict[str, list[tuple[Any, Where]]]]
+Read = tuple[list[ImportedLevel], dict[str, Any]]
+# (file, its text, its JSON values, options, AIPerf's groups) -> the file's levels and run-wide facts.
+JsonReader = Callable[[Path, str, list[tuple[Any, Where]], ImportOptions, AiperfGroups], Read]
+
+
+def llmd_levels(values: list[tuple[Any, Where]], opts: ImportOptions) -> Read:
+    """One level per llm-d Benchmark Report (from JSON or YAML documents)."""
+    levels: list[ImportedLevel] = []
+    meta: dict[str, Any] = {}
+    for value, where in values:
+        if not llmd.is_report(value):
+            raise where.missing("results.request_performance", "an llm-d Benchmark Report")
+        levels.append(llmd.report_level(value, where, opts))
+        meta = meta or {"model": llmd.model(value)}
+    return levels, meta
+
+
+def _inference_perf(path: Path, _text: str, values: list[tuple[Any, Where]], opts: ImportOptions,
+                    _groups: AiperfGroups) -> Read:
+    levels: list[ImportedLevel] = []
+    meta: dict[str, Any] = {}
+    for value, where in values:
+        if inference_perf.is_per_request(value):
+            levels.extend(per_request_levels(value, path, where, opts))
+        elif isinstance(value, dict) and inference_perf.is_summary(value):
+            levels.append(inference_perf.summary(value, where, opts, inference_perf.stage_of(path)))
+            meta = inference_perf.lengths(value)
+        else:
+            raise where.missing("successes", "an inference-perf lifecycle report")
+    return levels, meta
+
+
+def _aiperf(path: Path, _text: str, values: list[tuple[Any, Where]], _opts: ImportOptions,
+            groups: AiperfGroups) -> Read:
+    """No level yet: the values join their directory's group (``aiperf_runs.levels`` reads it at the end)."""
+    aiperf_runs.collect(values, groups[path.parent])
+    return [], {}
+
+
+JSON_READERS: dict[str, JsonReader] = {
+    "vllm": lambda path, _text, values, opts, _groups: vllm.load(path, values, opts),
+    "sglang": lambda path, _text, values, opts, _groups: sglang.load(path, values, opts),
+    "guidellm": lambda path, text, values, opts, _groups: guidellm.load(path, text, values, opts),
+    "aiperf": _aiperf,
+    "inference-perf": _inference_perf,
+    "llm-d": lambda _path, _text, values, opts, _groups: llmd_levels(values, opts),
+}
+FORMATS = (*JSON_READERS, "table")
 SUFFIXES = (".json", ".jsonl", ".csv", ".tsv", ".md", ".markdown", ".txt", ".yaml", ".yml")
 YAML_SUFFIXES = (".yaml", ".yml")
 

@@ -2,9 +2,11 @@
 
 For each table in ``tests/data/published/`` (see ``published_tables``) whose GPU and weight dtype the
 roofline knows and whose rows have fixed lengths, the twin ``plateau sim --model CONFIG --gpu G --tp N
---dtype D`` would build (``sim.from_roofline``; the scheduler at its vLLM defaults, 256 sequences and an
-8,192-token step budget, because no source states the engine's own limits) predicts every row in virtual
-time:
+--dtype D [--kv-dtype K]`` would build (``sim.from_roofline``) predicts every row in virtual time. Its
+scheduler runs at the limits the table's tool sets by a documented rule (``engine_limits``: trtllm-bench
+sizes the batch to the KV cache, row by row), else at vLLM's defaults (256 sequences, an 8,192-token step
+budget); what a source does not state (a GPU variant, the KV cache's dtype, its memory share) comes from
+the table's labelled ``bench_assumptions``.
 
 * ``max_throughput`` rows (requests at an infinite rate): one burst of the row's ``num_requests`` all at
   once (the source's count), predicted output tokens/s over the level;
@@ -12,13 +14,16 @@ time:
   seconds, predicted output tokens/s, mean TTFT and mean TPOT.
 
 Then it calibrates on one row (``calibration_row``: the lowest-load row; a max-throughput table has no load
-axis, so its first listed row) and predicts again:
+axis, so its first listed row) and predicts again. One figure calibrates one resource: the one whose
+efficiency moves that row most (10 % less memory bandwidth, then 10 % less compute, each in turn); the other
+efficiencies keep their measured defaults.
 
 * a row with a TPOT: ``--efficiency-from`` semantics (``roofline.fit_overhead_and_efficiency`` on the one
   point the saved level would give: decoding batch by Little's law = throughput x TPOT, step = TPOT,
-  context = prompt + output / 2; one point keeps the roofline's step overhead and reads the efficiency off);
-* a row with a throughput only: the one ``--efficiency F`` factor under which the twin reproduces the row's
-  throughput (bisection on F in (0, 1]; F = 1 when even the roofline falls short).
+  context = prompt + output / 2; one point keeps the roofline's step overhead and reads the efficiency off),
+  given to the binding resource;
+* a row with a throughput only: the binding resource's efficiency under which the twin reproduces the row's
+  throughput (bisection in (0, 1]; 1 when even the roofline falls short).
 
 Printed: per row, measured, predicted with the default efficiency, predicted after calibration, and the
 errors (predicted / measured - 1); per table, the median and worst |error| over the rows other than the
@@ -36,11 +41,14 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import msgspec
+from engine_limits import limits
 from published_tables import ROOT, Row, Table, load_tables
 
 from plateau_bench.commands.roofline import roofline_from_options
@@ -92,11 +100,26 @@ def why_not(table: Table) -> str | None:
 
 
 def roofline_for(table: Table, row: Row) -> Roofline:
-    s = table.settings
+    s, assumed = table.settings, table.bench_assumptions
     assert row.input_len is not None and row.output_len is not None
+    fraction = {"mem_fraction": assumed.kv_mem_fraction} if assumed and assumed.kv_mem_fraction else {}
     rf, _ = roofline_from_options(ROOT / str(s.model_config), table.gpu_for_twin(), None, gpus=s.gpus, tp=s.tp or 1,
-                                  ep=s.ep or 1, dtype=s.dtype, input_len=row.input_len, output_len=row.output_len)
+                                  ep=s.ep or 1, dtype=s.dtype, kv_dtype=table.kv_dtype_for_twin(),
+                                  input_len=row.input_len, output_len=row.output_len, **fraction)
     return rf
+
+
+def engine_for(table: Table, row: Row, efficiency: Efficiency, overhead_s: float | None = None) -> EngineConfig:
+    """The twin for one row: the roofline's engine at ``efficiency``, its limits by the table's tool's rule."""
+    assert row.input_len is not None and row.output_len is not None
+    rf = roofline_for(table, row)
+    config = engine_from_roofline(rf, efficiency, overhead_s)
+    rule = table.bench_assumptions.scheduler if table.bench_assumptions else None
+    set_by_rule = limits(rule, config.kv_tokens, row.input_len, row.output_len, table.settings.pp or 1)
+    if set_by_rule is None:
+        return config
+    seqs, tokens = set_by_rule
+    return msgspec.structs.replace(config, max_num_seqs=seqs, max_num_batched_tokens=tokens)
 
 
 def level_for(table: Table, row: Row) -> LevelSpec:
@@ -123,36 +146,54 @@ def predict(config: EngineConfig, table: Table, row: Row) -> dict[str, float]:
 
 @dataclass
 class Calibrated:
-    efficiency: float
+    efficiency: Efficiency
     overhead_s: float | None
     how: str
 
 
+RESOURCES = ("memory", "compute")   # no single row isolates the interconnect
+
+
+def _with(efficiency: Efficiency, resource: str, value: float) -> Efficiency:
+    return msgspec.structs.replace(efficiency, **{resource: value})
+
+
+def binding_resource(throughput: Callable[[Efficiency], float], base: Efficiency) -> str:
+    """The resource whose efficiency moves the row's throughput most: each made 10 % less efficient in turn."""
+    slowed = {r: throughput(_with(base, r, getattr(base, r) * 0.9)) for r in RESOURCES}
+    return min(slowed, key=lambda r: slowed[r])
+
+
 def calibrate(table: Table) -> Calibrated:
-    """One point: the calibration row (see the module docstring)."""
+    """One point, one resource: the calibration row (see the module docstring)."""
     row = table.rows[table.calibration_row]
-    rf = roofline_for(table, row)
+    base = measured_efficiency()
     assert row.input_len is not None and row.output_len is not None and row.output_throughput is not None
+
+    def thr(e: Efficiency, overhead_s: float | None = None) -> float:
+        return predict(engine_for(table, row, e, overhead_s), table, row)["output_throughput"]
+
+    resource = binding_resource(thr, base)
     if row.tpot_ms is not None:
         batch = row.output_throughput * row.tpot_ms / 1e3
-        fit = fit_overhead_and_efficiency(rf, [(batch, row.tpot_ms / 1e3, row.input_len + row.output_len / 2.0)])
-        return Calibrated(fit.efficiency, fit.step_overhead_s,
+        fit = fit_overhead_and_efficiency(roofline_for(table, row),
+                                          [(batch, row.tpot_ms / 1e3, row.input_len + row.output_len / 2.0)])
+        return Calibrated(_with(base, resource, fit.efficiency), fit.step_overhead_s,
                           f"--efficiency-from semantics on {row.where}: batch {batch:.2f} (Little), TPOT "
-                          f"{row.tpot_ms:g} ms -> efficiency {fit.efficiency:.3f}, overhead "
+                          f"{row.tpot_ms:g} ms -> {resource} efficiency {fit.efficiency:.3f}, overhead "
                           f"{fit.step_overhead_s * 1e3:.2f} ms")
     target = row.output_throughput
-
-    def thr(f: float) -> float:
-        return predict(engine_from_roofline(rf, f), table, row)["output_throughput"]
-
-    if thr(1.0) <= target:
-        return Calibrated(1.0, None, f"--efficiency 1.0 on {row.where}: even the roofline falls short of it")
+    if thr(_with(base, resource, 1.0)) <= target:
+        return Calibrated(_with(base, resource, 1.0), None,
+                          f"{resource} efficiency 1.0 on {row.where}: even the roofline falls short of it")
     lo, hi = 0.02, 1.0
     for _ in range(BISECT_STEPS):
         mid = (lo * hi) ** 0.5
-        lo, hi = (mid, hi) if thr(mid) < target else (lo, mid)
+        lo, hi = (mid, hi) if thr(_with(base, resource, mid)) < target else (lo, mid)
     f = (lo * hi) ** 0.5
-    return Calibrated(f, None, f"--efficiency {f:.3f}: the factor that reproduces {row.where}'s throughput")
+    return Calibrated(_with(base, resource, f), None,
+                      f"{resource} efficiency {f:.3f} (it binds {row.where}; the rest at their defaults): the "
+                      f"value that reproduces its throughput")
 
 
 @dataclass
@@ -188,9 +229,8 @@ def run_table(table: Table, efficiency: Efficiency | None = None) -> TableResult
     result = TableResult(table, cal)
     default = efficiency or measured_efficiency()
     for row in table.rows:
-        rf = roofline_for(table, row)
-        before = predict(engine_from_roofline(rf, default), table, row)
-        after = predict(engine_from_roofline(rf, cal.efficiency, cal.overhead_s), table, row)
+        before = predict(engine_for(table, row, default), table, row)
+        after = predict(engine_for(table, row, cal.efficiency, cal.overhead_s), table, row)
         result.rows.append(RowResult(row, row.measured(), before, after))
     result.seconds = time.perf_counter() - started
     return result

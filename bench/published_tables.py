@@ -83,7 +83,12 @@ class Row(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Assumptions(msgspec.Struct, frozen=True, kw_only=True):
+    """What the benchmark assumes where the source is silent, each with why (``null``: nothing assumed)."""
+
     gpu_key: str | None = None
+    kv_dtype: str | None = None          # the KV cache's dtype
+    kv_mem_fraction: float | None = None  # share of GPU memory the engine gives weights + KV cache
+    scheduler: str | None = None          # the tool whose rule set the engine's limits (``engine_limits``)
     why: str = ""
 
 
@@ -124,6 +129,11 @@ class Table(msgspec.Struct, frozen=True, kw_only=True):
             if self.settings.load == "rate" and row.request_rate is None:
                 out.append(f"row {i} ({row.where}): a rate table's row needs its request rate")
         return out
+
+    def kv_dtype_for_twin(self) -> str:
+        """The KV cache's dtype: the source's, else the labelled assumption, else bf16 (the roofline's default)."""
+        assumed = self.bench_assumptions.kv_dtype if self.bench_assumptions else None
+        return self.settings.kv_dtype or assumed or "bf16"
 
     def gpu_for_twin(self) -> str | None:
         """The GPU the benchmark models: the source's, else the labelled assumption, else None."""

@@ -62,7 +62,11 @@ def test_calibrating_on_a_tpot_row_reproduces_that_row() -> None:
     """--efficiency-from semantics on the NIM sweep's concurrency-1 row: the calibrated twin's TPOT and
     throughput on that row come back within a few per cent of the measurement (the rest may not)."""
     res = published.run_table(TABLES[NIM])
-    assert 0 < res.calibration.efficiency <= 1 and res.calibration.overhead_s is not None
+    default = published.measured_efficiency()
+    # one figure, one resource: concurrency 1 binds on memory; compute and the interconnect keep their defaults
+    assert 0 < res.calibration.efficiency.memory <= 1 and res.calibration.overhead_s is not None
+    assert (res.calibration.efficiency.compute, res.calibration.efficiency.interconnect) == \
+        (default.compute, default.interconnect)
     row = res.rows[TABLES[NIM].calibration_row]
     assert abs(row.error("tpot_ms", "after")) < 0.03
     assert abs(row.error("output_throughput", "after")) < 0.05
@@ -72,12 +76,52 @@ def test_calibrating_on_a_tpot_row_reproduces_that_row() -> None:
 
 @pytest.mark.slow   # ~30 bursts in virtual time: a few seconds on two cores
 def test_calibrating_on_a_throughput_row_reproduces_that_row() -> None:
-    """The throughput-only path (bisection on --efficiency) on the TensorRT-LLM 8B/H100 table cut to two rows
-    and fewer requests per burst: the calibration row's throughput comes back within 1 %."""
+    """The throughput-only path (bisection on the binding resource's efficiency) on the TensorRT-LLM 8B/H100
+    table cut to two rows and fewer requests per burst: the calibration row's throughput comes back within 1 %."""
     table = TABLES[TRT_8B_H100]
     rows = [msgspec.structs.replace(r, num_requests=2000) for r in table.rows[:2]]
     res = published.run_table(msgspec.structs.replace(table, rows=rows))
-    assert 0 < res.calibration.efficiency < 1
+    default = published.measured_efficiency()
+    # 128/128 at trtllm-bench's batch of 4,096 binds on compute: that efficiency is read, the memory's kept
+    assert 0 < res.calibration.efficiency.compute < 1 and res.calibration.efficiency.memory == default.memory
     assert abs(res.rows[0].error("output_throughput", "after")) < 0.01
     text = "\n".join(published.render(res))
     assert "median / worst: default" in text and "row 128/128 *" in text
+
+
+def test_trtllm_bench_sizes_the_batch_and_the_step_to_the_kv_cache() -> None:
+    limits = script("bench/engine_limits.py")
+    # 1,106,624 KV tokens at 128 + 2,048: 508.6 requests fit -> 512 (a multiple of 128), 540 tokens -> 2,048 floor
+    assert limits.trtllm_bench_limits(1_106_624, 128, 2048) == (512, 2048)
+    # 128 + 128: 4,322 fit, capped at 4,096; 8,192 tokens -> a multiple of 1,024
+    assert limits.trtllm_bench_limits(1_106_624, 128, 128) == (4096, 8192)
+    # a small cache: 10 requests -> the floor of 64; 5,000/500 -> 110 tokens -> 2,048
+    assert limits.trtllm_bench_limits(55_000, 5000, 500) == (64, 2048)
+    # 300 requests -> 384; 300 x (1 + 2048/128) = 5,100 tokens -> a multiple of 512
+    assert limits.trtllm_bench_limits(300 * 2176, 2048, 128) == (384, 5120)
+    assert limits.limits(None, 1e6, 128, 128) is None
+    with pytest.raises(ValueError, match="no scheduler rule named 'sglang'"):
+        limits.limits("sglang", 1e6, 128, 128)
+
+
+def test_a_table_run_by_trtllm_bench_gets_its_rule_and_its_labelled_kv_cache() -> None:
+    table = TABLES[TRT_8B_H100]
+    assert table.settings.kv_dtype is None and table.bench_assumptions is not None   # not stated: assumed, labelled
+    assert table.kv_dtype_for_twin() == "fp8" and "kv_cache_quant_algo" in table.bench_assumptions.why
+    row = next(r for r in table.rows if r.where == "row 128/2048")
+    config = published.engine_for(table, row, published.measured_efficiency())
+    expected = script("bench/engine_limits.py").trtllm_bench_limits(config.kv_tokens, 128, 2048)
+    assert (config.max_num_seqs, config.max_num_batched_tokens) == expected
+    assert TABLES[NIM].kv_dtype_for_twin() == "bf16"   # nothing stated, nothing assumed: the roofline's default
+
+
+def test_one_figure_calibrates_the_resource_that_binds_it() -> None:
+    from plateau_bench.roofline import Efficiency
+
+    base = Efficiency(memory=0.8, compute=0.7, interconnect=0.5)
+
+    def memory_bound(e: Efficiency) -> float:
+        return 1000.0 * e.memory + 10.0 * e.compute
+
+    assert published.binding_resource(memory_bound, base) == "memory"
+    assert published.binding_resource(lambda e: 50.0 * e.memory + 900.0 * e.compute, base) == "compute"

@@ -18,10 +18,9 @@ axis, so its first listed row) and predicts again. One figure calibrates one res
 efficiency moves that row most (10 % less memory bandwidth, then 10 % less compute, each in turn); the other
 efficiencies keep their measured defaults.
 
-* a row with a TPOT: ``--efficiency-from`` semantics (``roofline.fit_overhead_and_efficiency`` on the one
-  point the saved level would give: decoding batch by Little's law = throughput x TPOT, step = TPOT,
-  context = prompt + output / 2; one point keeps the roofline's step overhead and reads the efficiency off),
-  given to the binding resource;
+* a row with a TPOT: ``--tpot-at-1`` semantics (``roofline.resource_fit.fit_resources`` on the one point
+  the row gives: decoding batch by Little's law = throughput x TPOT, step = TPOT, context = prompt +
+  output / 2; one point keeps the roofline's step overhead and calibrates the resource its work is most of);
 * a row with a throughput only: the binding resource's efficiency under which the twin reproduces the row's
   throughput (bisection in (0, 1]; 1 when even the roofline falls short).
 
@@ -54,9 +53,10 @@ from published_tables import ROOT, Row, Table, load_tables
 from plateau_bench.commands.roofline import roofline_from_options
 from plateau_bench.errors import ConfigError
 from plateau_bench.result import LevelResult, RunSpec
-from plateau_bench.roofline import Efficiency, Roofline, fit_overhead_and_efficiency, measured_efficiency
+from plateau_bench.roofline import Efficiency, Roofline, measured_efficiency
 from plateau_bench.roofline.deployment import DTYPES
 from plateau_bench.roofline.hardware import find_gpu
+from plateau_bench.roofline.resource_fit import fit_resources
 from plateau_bench.sim.config import EngineConfig
 from plateau_bench.sim.from_roofline import engine_from_roofline
 from plateau_bench.spec import LevelSpec, WorkloadSpec
@@ -173,15 +173,14 @@ def calibrate(table: Table) -> Calibrated:
     def thr(e: Efficiency, overhead_s: float | None = None) -> float:
         return predict(engine_for(table, row, e, overhead_s), table, row)["output_throughput"]
 
-    resource = binding_resource(thr, base)
     if row.tpot_ms is not None:
         batch = row.output_throughput * row.tpot_ms / 1e3
-        fit = fit_overhead_and_efficiency(roofline_for(table, row),
-                                          [(batch, row.tpot_ms / 1e3, row.input_len + row.output_len / 2.0)])
-        return Calibrated(_with(base, resource, fit.efficiency), fit.step_overhead_s,
-                          f"--efficiency-from semantics on {row.where}: batch {batch:.2f} (Little), TPOT "
-                          f"{row.tpot_ms:g} ms -> {resource} efficiency {fit.efficiency:.3f}, overhead "
-                          f"{fit.step_overhead_s * 1e3:.2f} ms")
+        context = row.input_len + row.output_len / 2.0
+        fit = fit_resources(roofline_for(table, row), [(batch, row.tpot_ms / 1e3, context)], base)
+        return Calibrated(fit.efficiency, fit.step_overhead_s,
+                          f"--tpot-at-1 semantics on {row.where}: batch {batch:.2f} (Little), TPOT {row.tpot_ms:g} ms "
+                          f"-> {fit.describe()}, overhead {fit.step_overhead_s * 1e3:.2f} ms")
+    resource = binding_resource(thr, base)
     target = row.output_throughput
     if thr(_with(base, resource, 1.0)) <= target:
         return Calibrated(_with(base, resource, 1.0), None,

@@ -128,7 +128,9 @@ def test_calibrated_on_a_sweep_the_derived_twin_predicts_its_plateau(seed_a: Pat
                               str(seed_a), "--max-num-seqs", "256", "--input-len", "128", "--output-len", "512",
                               "--concurrency", "1,64,256,512", "--out", str(tmp_path / "derived")], capsys)
     assert code == 0, err
-    assert f"efficiency {fit.efficiency:.2f}" in out and "fitted to the decode steps of 4 level(s)" in out
+    # The sweep's decode steps are memory-bound at every level: memory is calibrated, the rest kept and said so
+    assert "fitted memory 0.44; kept compute 0.69, interconnect 0.50 (what the points do not exercise)" in out
+    assert "from the decode steps of 4 level(s)" in out
     derived = load_result(tmp_path / "derived")
     assert derived.spec.sim is not None and "MiniMaxM2" in derived.spec.sim.preset
     plateau_measured = max(lv.output_throughput for lv in measured.levels)

@@ -130,11 +130,19 @@ def _cap_what_if(verdict: Verdict, placement: RooflinePlacement, rf: Roofline, c
 
 
 
-def calibrate_from_levels(levels: Sequence[LevelResult], rf: Roofline) -> tuple[Calibration, list[LevelResult]]:
-    """The step overhead and efficiency (``roofline.fit_overhead_and_efficiency``) that explain a measured
-    sweep's decode steps: each successful level's batch over its mean TPOT, at its own context."""
+def decode_points(levels: Sequence[LevelResult], rf: Roofline) -> tuple[list[tuple[float, float, float]],
+                                                                        list[LevelResult]]:
+    """A measured sweep's decode steps, (batch, mean TPOT in seconds, context) per successful level, and the
+    levels they come from."""
     measured = [m for m in _measured(levels, rf) if m[0].tpot_ms.mean]
     if not measured:
         raise ResultsError("no successful level with a decoding batch and a TPOT to calibrate from")
     points = [(placed.batch, float(lv.tpot_ms.mean or 0.0) / 1e3, _context(lv, rf)) for lv, placed, _ in measured]
-    return fit_overhead_and_efficiency(rf, points), [lv for lv, _, _ in measured]
+    return points, [lv for lv, _, _ in measured]
+
+
+def calibrate_from_levels(levels: Sequence[LevelResult], rf: Roofline) -> tuple[Calibration, list[LevelResult]]:
+    """The step overhead and one efficiency factor (``roofline.fit_overhead_and_efficiency``) that explain a
+    measured sweep's decode steps: each successful level's batch over its mean TPOT, at its own context."""
+    points, used = decode_points(levels, rf)
+    return fit_overhead_and_efficiency(rf, points), used

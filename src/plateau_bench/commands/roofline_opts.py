@@ -52,8 +52,13 @@ Efficiency = Annotated[float | None, typer.Option(
                          "(default: one per resource, measured on a GPU; the first line of the output says them).",
     rich_help_panel=TWIN_PANEL)]
 EfficiencyFrom = Annotated[Path | None, typer.Option(
-    "--efficiency-from", help="--model: read the efficiency off a measured sweep of this deployment "
-                              "(its busiest level's decode step).", rich_help_panel=TWIN_PANEL)]
+    "--efficiency-from", help="--model: read the efficiencies off a measured sweep of this deployment (its "
+                              "levels' decode steps calibrate the resources they exercise; the rest keep the "
+                              "defaults).", rich_help_panel=TWIN_PANEL)]
+TpotAt1 = Annotated[str | None, typer.Option(
+    "--tpot-at-1", help="--model: calibrate on one figure, a single stream's TPOT (e.g. 18.6ms): the memory "
+                        "bandwidth's efficiency; compute and interconnect keep the defaults.",
+    rich_help_panel=TWIN_PANEL)]
 
 
 def _saved(path: Path) -> bool:

@@ -44,44 +44,57 @@ class Derived(r.HardwareFlags, frozen=True, kw_only=True):
     efficiency: r.Efficiency = None
     efficiency_from: r.EfficiencyFrom = None
 
+    tpot_at_1: r.TpotAt1 = None
+
     def engine(self, preset: str | None, input_len: int = 128, output_len: int = 128) -> tuple[Any, str] | None:
         """The derived engine and a line saying how, or None without ``--model``."""
-        from plateau_bench.roofline import Efficiency, measured_efficiency
-        from plateau_bench.roofline.efficiency import measured_by
         from plateau_bench.sim.from_roofline import engine_from_roofline
 
         rf = r.roofline_given(self.model, self.gpu, self.gpu_spec, self.gpus, self.tp, self.ep, self.dtype,
                               self.kv_dtype, self.interconnect, input_len=input_len, output_len=output_len,
                               flag="--model")
+        given = [flag for flag, value in (("--efficiency", self.efficiency), ("--efficiency-from",
+                                          self.efficiency_from), ("--tpot-at-1", self.tpot_at_1)) if value is not None]
         if rf is None:
-            if self.efficiency is not None or self.efficiency_from is not None:
-                raise ConfigError("--efficiency and --efficiency-from set the twin --model CONFIG derives: "
-                                  "give --model too")
+            if given:
+                raise ConfigError(f"{given[0]} sets the twin --model CONFIG derives: give --model too")
             return None
         if preset is not None:
             raise ConfigError("--model derives the engine from first principles; --preset names a calibrated "
                               "one: choose one")
-        if self.efficiency is not None and self.efficiency_from is not None:
-            raise ConfigError("--efficiency sets the factor, --efficiency-from measures it: choose one")
-        efficiency: float | Efficiency
-        if self.efficiency is not None:
-            efficiency, how = self.efficiency, f"efficiency {self.efficiency:.2f}"
-        else:
-            efficiency = measured_efficiency()
-            how = (f"efficiency {efficiency.memory:.2f} memory, {efficiency.compute:.2f} compute, "
-                   f"{efficiency.interconnect:.2f} interconnect (the defaults, {measured_by()})")
-        overhead = None
-        if self.efficiency_from is not None:
-            from plateau_bench.analysis.roofline_place import calibrate_from_levels
-            from plateau_bench.store import load_result
-
-            fit, used = calibrate_from_levels(load_result(self.efficiency_from).levels, rf)
-            efficiency, overhead = fit.efficiency, fit.step_overhead_s
-            worst = max(abs(e) for e in fit.residuals) * 1e3
-            how = (f"efficiency {efficiency:.2f} and step overhead {overhead * 1e3:.2f} ms fitted to the decode "
-                   f"steps of {len(used)} level(s) in {self.efficiency_from} (largest residual {worst:.2f} ms)")
+        if len(given) > 1:
+            raise ConfigError(f"{given[0]} and {given[1]} both set the efficiency: choose one")
+        efficiency, overhead, how = self._efficiency(rf, input_len, output_len)
         config = engine_from_roofline(rf, efficiency, overhead)
         return config, f"{config.name}, {how}: {config.step.describe()}"
+
+    def _efficiency(self, rf: Any, input_len: int, output_len: int) -> tuple[Any, float | None, str]:
+        """(efficiency, step overhead or None for the roofline's, how it was obtained)."""
+        from plateau_bench.roofline import measured_efficiency
+        from plateau_bench.roofline.efficiency import measured_by
+        from plateau_bench.roofline.resource_fit import fit_resources
+        from plateau_bench.spec import parse_duration
+
+        if self.efficiency is not None:
+            return self.efficiency, None, f"efficiency {self.efficiency:.2f}"
+        base = measured_efficiency()
+        if self.tpot_at_1 is not None:
+            tpot = parse_duration(self.tpot_at_1, "--tpot-at-1")
+            fit = fit_resources(rf, [(1.0, tpot, input_len + output_len / 2.0)], base)
+            return fit.efficiency, fit.step_overhead_s, f"{fit.describe()}, from a single stream's TPOT of " \
+                f"{tpot * 1e3:.2f} ms"
+        if self.efficiency_from is not None:
+            from plateau_bench.analysis.roofline_place import decode_points
+            from plateau_bench.store import load_result
+
+            points, used = decode_points(load_result(self.efficiency_from).levels, rf)
+            fit = fit_resources(rf, points, base)
+            worst = max(abs(e) for e in fit.residuals) * 1e3
+            return fit.efficiency, fit.step_overhead_s, (
+                f"{fit.describe()}, step overhead {fit.step_overhead_s * 1e3:.2f} ms, from the decode steps of "
+                f"{len(used)} level(s) in {self.efficiency_from} (largest residual {worst:.2f} ms)")
+        return base, None, (f"efficiency {base.memory:.2f} memory, {base.compute:.2f} compute, "
+                            f"{base.interconnect:.2f} interconnect (the defaults, {measured_by()})")
 
 
 NO_TWIN = Derived()   # the grouped commands' default for the group (``groups.grouped`` fills it)

@@ -57,8 +57,7 @@ def test_predict_a_doubled_cap_then_check_it_on_the_twin(cli: Cli, measured: Pat
     predicted_best = max(lv["output_throughput"] for lv in predicted["levels"])
     assert predicted["engine"]["max_num_seqs"] == 64
     assert predicted_best == pytest.approx(measured_best, rel=0.10)
-    assert predicted["plateau_low"] <= predicted["plateau"]["throughput"] * 1.02
-    assert predicted["plateau_high"] >= predicted["plateau"]["throughput"] * 0.98
+    assert predicted["plateau_low"] <= predicted["plateau"]["throughput"] <= predicted["plateau_high"]
     # The empirical band (the worst held-out level) holds the plateau; the twin fits itself, so it is narrow.
     assert predicted["held_out_low"] <= predicted["plateau"]["throughput"] <= predicted["held_out_high"]
     assert predicted["held_out_high"] < 1.05 * predicted["held_out_low"]
@@ -66,6 +65,20 @@ def test_predict_a_doubled_cap_then_check_it_on_the_twin(cli: Cli, measured: Pat
     (reach,) = [n for n in predicted["notes"] if n.startswith("extrapolates: decoding batches")]
     assert "2.0x the largest calibrated (32)" in reach
     assert not any("a context of" in n for n in predicted["notes"])   # same lengths as calibrated
+
+
+@pytest.mark.slow   # a twin sweep of Run A's engine, then an adaptive prediction and its band (~15 s)
+def test_the_band_holds_an_adaptive_predictions_plateau(cli: Cli, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """An adaptive sweep's windows read a level a few per cent off a fixed grid's, more than the standard
+    errors' band is wide: the band is taken on one grid and put around the prediction, so it holds it."""
+    done = cli("sim", "--preset", "seed-a-tp8ep", "--input-len", "128", "--output-len", "512", "--concurrency",
+               "1,64,128,256,512", "--out", str(tmp_path / "a"))
+    assert done.exit_code == 0, done.output
+    code, out, err = plateau(["predict", str(tmp_path / "a"), "--max-num-seqs", "512", "--json"], capsys)
+    assert code == 0, err
+    predicted = json.loads(out)
+    assert predicted["plateau_low"] <= predicted["plateau"]["throughput"] <= predicted["plateau_high"]
 
 
 @pytest.mark.slow   # an adaptive twin sweep and its band

@@ -94,13 +94,8 @@ async def predict(model: CalibratedModel, workload: WorkloadSpec, settings: Sett
     levels, plateau, knee = await _sweep(config, workload, plan)
     low = high = None
     note = _no_band(model)
-    if band and not note:
-        grid = sorted({lv.concurrency for lv in levels if lv.concurrency})
-        for sigmas in (1.0, -1.0):
-            slow = engine_config(shifted(model, sigmas), settings)
-            _, edge, _ = await _sweep(slow, workload, _plan(grid, top))
-            value = edge.throughput if edge else None
-            low, high = (value, high) if sigmas > 0 else (low, value)
+    if band and not note and plateau is not None:
+        low, high = await _standard_error_band(model, settings, workload, levels, plateau, top)
     predicted = [_level(lv, slos) for lv in sorted(levels, key=lambda lv: lv.concurrency or 0)]
     held_out = _held_out_band(model, plateau)
     meeting = [p for p in predicted if p.meets_slo]
@@ -114,6 +109,24 @@ async def predict(model: CalibratedModel, workload: WorkloadSpec, settings: Sett
                       notes=[*_notes(model, settings), *_extrapolation(model, levels, workload),
                              *_cap_reach(model, config.max_num_seqs)],
                       held_out_low=held_out[0], held_out_high=held_out[1])
+
+
+async def _standard_error_band(model: CalibratedModel, settings: Settings, workload: WorkloadSpec,
+                               levels: Sequence[LevelResult], plateau: Plateau, top: int) -> tuple[float | None,
+                                                                                                   float | None]:
+    """The plateau with every coefficient one standard error slower, then faster. Each edge is swept on the
+    central sweep's grid beside the central model on that same grid, and taken as a ratio to it: an adaptive
+    sweep's windows read a level a few per cent apart from a fixed grid's, more than a tight band's width, and
+    the band must hold the prediction it is around."""
+    grid = _plan(sorted({lv.concurrency for lv in levels if lv.concurrency}), top)
+    _, same_grid, _ = await _sweep(engine_config(model.engine, settings), workload, grid)
+    if same_grid is None or same_grid.throughput <= 0:
+        return None, None
+    edges = []
+    for sigmas in (1.0, -1.0):
+        _, edge, _ = await _sweep(engine_config(shifted(model, sigmas), settings), workload, grid)
+        edges.append(None if edge is None else plateau.throughput * edge.throughput / same_grid.throughput)
+    return edges[0], edges[1]
 
 
 def _held_out_band(model: CalibratedModel, plateau: Plateau | None) -> tuple[float | None, float | None]:

@@ -148,6 +148,7 @@ class Prediction(msgspec.Struct, frozen=True, kw_only=True):
     # The plateau moved by the calibration's worst held-out TPOT error either way (None: no held-out figure).
     held_out_low: float | None = None
     held_out_high: float | None = None
+    model: str = ""                    # the model the prediction came from: its sources, step time and error
 
 
 # -- a capacity plan (``sweep.capacity``) -----------------------------------------------------------------
@@ -175,6 +176,11 @@ class CapacityPlan(msgspec.Struct, frozen=True, kw_only=True):
     cost_per_hour: float | None
     cost_per_million_tokens: float | None
     trials: list[ReplicaTrial]
+    # The fewest replicas with every step as far off as the calibration's worst held-out level, faster then
+    # slower (None: no held-out figure, or not within max_replicas).
+    replicas_low: int | None = None
+    replicas_high: int | None = None
+    model: str = ""                    # the model the plan came from: its sources, step time and error
 
 
 # -- a tune (``sweep.tune``) ------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ def test_a_prediction_with_an_slo_has_its_column_band_and_capacity() -> None:
                       plateau=Plateau(concurrency=32, throughput=6158.0, reached=True),
                       knee=Knee(concurrency=28.4, throughput=5542.0, bracket=(16, 32), reached=True),
                       plateau_low=6100.0, plateau_high=6200.0, slo_max_concurrency=8, slo_throughput=2872.0,
-                      notes=["the KV cache is a lower bound"])
+                      notes=["the KV cache is a lower bound"], model="the twin calibrated on runs/a: t = 2 ms")
     out = text(prediction_view(done, WORK))
     assert "Predicted (cap 32, KV 8,186 tokens, budget 8,192; 129 in / 127 out)" in out
     assert rows(prediction_view(done, WORK), "8")[0] == ["8", "2,872", "8", "4 ms", "12.00 s", "3 ms", "-", "354 ms",
@@ -93,7 +93,7 @@ def test_a_prediction_with_an_slo_has_its_column_band_and_capacity() -> None:
     assert rows(prediction_view(done, WORK), "64")[0][-1] == "violates"
     assert "Predicted plateau ~6,158 tok/s from C=32 (band 6,100 to 6,200 tok/s" in out
     assert "Predicted knee C~28" in out and "  note: the KV cache is a lower bound" in out
-    assert "Within the SLO: C=8 (2,872 tok/s)" in out
+    assert "Within the SLO: C=8 (2,872 tok/s)" in out and "Model: the twin calibrated on runs/a: t = 2 ms" in out
 
 
 def test_a_prediction_without_an_slo_or_band_says_why() -> None:
@@ -122,6 +122,11 @@ def test_a_plan_shows_each_trial_and_the_replicas_with_their_cost() -> None:
                                                    "falls behind"]
     assert rows(plan_view(plan, WORK), "2")[0][-1] == "meets"
     assert "Needs 2 replica(s) = 4 GPU(s); 8.00 per hour, 0.146 per million output tokens" in out
+    banded = CapacityPlan(**{**{f: getattr(plan, f) for f in plan.__struct_fields__}, "replicas_low": 2,
+                             "replicas_high": 3, "model": "the twin calibrated on runs/a"})
+    out = text(plan_view(banded, WORK))
+    assert ("0.146 per million output tokens; 2 to 3 with every step as far off as the worst level held out of "
+            "the calibration") in out and "Model: the twin calibrated on runs/a" in out
 
 
 def test_a_plan_no_replica_count_meets() -> None:

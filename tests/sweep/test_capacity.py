@@ -48,6 +48,25 @@ def test_the_plan_is_the_fewest_replicas_that_meet_the_slo(balancer: str) -> Non
     assert plan.cost_per_million_tokens == pytest.approx(plan.cost_per_hour / (100 * 128 * 3600 / 1e6))
 
 
+@pytest.mark.slow   # three replica searches of a few twin runs each
+def test_the_band_is_the_plan_with_every_step_as_far_off_as_the_worst_held_out_level() -> None:
+    """A calibration whose worst held-out level was 40 % off: with every step 40 % faster the rate needs fewer
+    replicas, with every step 40 % slower more, and the plan names the model it came from. (120 req/s of 128
+    tokens ask for 15,360 tok/s: ~2.5 replicas of ~6,100, ~1.5 at 0.6x the step, ~3.5 at 1.4x.)"""
+    from plateau_bench.answers import CrossValidation
+
+    model = tiny_model()
+    model = CalibratedModel(**{**{f: getattr(model, f) for f in model.__struct_fields__},
+                               "cross_validation": CrossValidation(folds=5, median_abs_error=0.1, worst_error=-0.4)})
+    plan = asyncio.run(plan_capacity(model, WORK, 120.0, parse_slo("ttft_p99=1s"), duration_s=60))
+    assert plan.replicas is not None and plan.replicas_low is not None and plan.replicas_high is not None
+    assert plan.replicas_low < plan.replicas < plan.replicas_high
+    assert plan.model.startswith("the twin calibrated on tiny: t = ") and "worst -40.0%" in plan.model
+    alone = asyncio.run(plan_capacity(tiny_model(), WORK, 120.0, parse_slo("ttft_p99=1s"), duration_s=60))
+    assert (alone.replicas_low, alone.replicas_high) == (None, None)   # no held-out error: no band
+    assert "not cross-validated" in alone.model
+
+
 @pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_an_unreachable_slo_says_so() -> None:
     plan = asyncio.run(plan_capacity(tiny_model(), WORK, 50.0, parse_slo("tpot_p99=1ms"), max_replicas=4,

@@ -96,6 +96,8 @@ def prediction_view(done: Prediction, workload: WorkloadSpec) -> Group:
                               f"{done.held_out_low:,.0f} to {done.held_out_high:,.0f} tok/s"))
     if done.knee is not None:
         parts.append(Text(f"Predicted knee C~{done.knee.concurrency:,.0f}"))
+    if done.model:
+        parts.append(Text(f"Model: {done.model}"))
     parts += _notes(done.notes)
     if with_slo:
         within = (f"C={done.slo_max_concurrency:,} ({done.slo_throughput:,.0f} tok/s)"
@@ -117,15 +119,25 @@ def plan_view(plan: CapacityPlan, workload: WorkloadSpec) -> Group:
         table.add_row(f"{t.replicas:,}", f"{t.request_rate:,.2f}", f"{t.output_throughput:,.0f}", _ms(t.ttft_p99_ms),
                       _ms(t.tpot_p99_ms), _ms(t.e2e_p99_ms),
                       f"{t.goodput_rps:,.2f}" if t.goodput_rps is not None else "-", _verdict(t))
+    model = [Text(f"Model: {plan.model}")] if plan.model else []
     if plan.replicas is None:
         tried = max((t.replicas for t in plan.trials), default=0)
-        return Group(table, Text(f"No replica count up to {tried:,} meets the SLO at this rate."))
+        return Group(table, Text(f"No replica count up to {tried:,} meets the SLO at this rate."), *model)
     cost = ""
     if plan.cost_per_hour is not None:
         per_million = (f", {plan.cost_per_million_tokens:,.3f} per million output tokens"
                        if plan.cost_per_million_tokens is not None else "")
         cost = f"; {plan.cost_per_hour:,.2f} per hour{per_million}"
-    return Group(table, Text(f"Needs {plan.replicas:,} replica(s) = {plan.gpus or 0:,} GPU(s){cost}"))
+    needs = f"Needs {plan.replicas:,} replica(s) = {plan.gpus or 0:,} GPU(s){cost}{_replica_band(plan)}"
+    return Group(table, Text(needs), *model)
+
+
+def _replica_band(plan: CapacityPlan) -> str:
+    if plan.replicas_low is None and plan.replicas_high is None:
+        return " (no band: the calibration has no held-out error)" if plan.model else ""
+    high = f"{plan.replicas_high:,}" if plan.replicas_high is not None else "more than the maximum"
+    return (f"; {plan.replicas_low if plan.replicas_low is not None else '-'} to {high} with every step as far off "
+            "as the worst level held out of the calibration")
 
 
 def _setting(setting: dict[str, int]) -> str:

@@ -4,14 +4,17 @@ N replicas of the calibrated engine behind a balancer (``sim.replicas``) take an
 Poisson arrivals at the target rate in virtual time; the SLO is checked on the level's latency
 percentiles exactly as on a measured level. More replicas never make latency worse under either
 balancer, so the search doubles N until the SLO holds, then bisects between the last failing and
-the first meeting count. A replica count meets the SLO only when it also keeps up: no backlog growing
-over the arrivals (``_keeps_up``), which a longer run would turn into a violation.
+the first meeting count. The band is the same search with every step as far off as the calibration's
+worst held-out level (``predict.held_out_worst``), faster and slower. A replica count meets the SLO only
+when it also keeps up: no backlog growing over the arrivals (``_keeps_up``), which a longer run would turn
+into a violation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
 import numpy as np
 
 from plateau_bench.analysis.slo import Slo, level_meets
@@ -23,7 +26,7 @@ from plateau_bench.records import RequestRecord
 from plateau_bench.result import LevelResult
 from plateau_bench.sim.runner import VirtualLevelRunner
 from plateau_bench.spec import LevelSpec, WorkloadSpec
-from plateau_bench.sweep.predict import Settings, engine_config
+from plateau_bench.sweep.predict import Settings, engine_config, held_out_worst, model_line, scaled
 from plateau_bench.units import NS
 
 KEEPS_UP = 0.95   # share of the requests that must have a first token
@@ -64,12 +67,29 @@ async def plan_capacity(model: CalibratedModel, workload: WorkloadSpec, rate: fl
                         balancer: str = "round_robin", settings: Settings = Settings(), max_replicas: int = 64,
                         gpus_per_replica: int = 1, gpu_cost_per_hour: float | None = None,
                         duration_s: float = 120.0) -> CapacityPlan:
-    """The fewest replicas meeting every SLO at ``rate`` requests/s (doubling, then bisection)."""
+    """The fewest replicas meeting every SLO at ``rate`` requests/s (doubling, then bisection), and the same
+    with every step as far off as the calibration's worst held-out level, faster then slower (the band)."""
     if rate <= 0:
         raise ConfigError(f"--rate must be > 0 (got {rate})")
     if not slos:
         raise ConfigError("plan needs an --slo to size for, e.g. --slo ttft_p99=2s,tpot_p99=100ms")
     trials: dict[int, ReplicaTrial] = {}
+    args = (workload, settings, rate, balancer, slos, duration_s, max_replicas)
+    replicas = await _fewest(model, *args, trials)
+    low = high = None
+    worst = held_out_worst(model)
+    if worst is not None:
+        low = await _fewest(scaled(model, 1 - worst), *args, {})
+        high = await _fewest(scaled(model, 1 + worst), *args, {})
+    plan = _plan(rate, slos, balancer, replicas, trials, gpus_per_replica, gpu_cost_per_hour, workload.output_len)
+    return msgspec.structs.replace(plan, replicas_low=low, replicas_high=high, model=model_line(model))
+
+
+async def _fewest(model: CalibratedModel, workload: WorkloadSpec, settings: Settings, rate: float, balancer: str,
+                  slos: Sequence[Slo], duration_s: float, max_replicas: int,
+                  trials: dict[int, ReplicaTrial]) -> int | None:
+    """The fewest replicas of ``model`` meeting the SLO (None: not within ``max_replicas``); ``trials`` keeps
+    every count tried."""
 
     async def check(n: int) -> bool:
         if n not in trials:
@@ -80,8 +100,7 @@ async def plan_capacity(model: CalibratedModel, workload: WorkloadSpec, rate: fl
     while not await check(n):
         low = n
         if n >= max_replicas:
-            return _plan(rate, slos, balancer, None, trials, gpus_per_replica, gpu_cost_per_hour,
-                         workload.output_len)
+            return None
         n = min(2 * n, max_replicas)
     high = n
     while high - low > 1:
@@ -90,7 +109,7 @@ async def plan_capacity(model: CalibratedModel, workload: WorkloadSpec, rate: fl
             high = mid
         else:
             low = mid
-    return _plan(rate, slos, balancer, high, trials, gpus_per_replica, gpu_cost_per_hour, workload.output_len)
+    return high
 
 
 def _plan(rate: float, slos: Sequence[Slo], balancer: str, replicas: int | None, trials: dict[int, ReplicaTrial],

@@ -47,6 +47,33 @@ def engine_config(engine: EngineModel, settings: Settings = Settings()) -> Engin
                                max_num_batched_tokens=settings.max_num_batched_tokens)
 
 
+def model_line(model: CalibratedModel) -> str:
+    """Which model a prediction used, in one line: its sweeps, its step time, its held-out error."""
+    cv = model.cross_validation
+    error = (f"; each level held out in turn: TPOT within {cv.median_abs_error:.1%} (median), worst "
+             f"{cv.worst_error:+.1%}" if cv is not None and cv.median_abs_error is not None
+             and cv.worst_error is not None else "; not cross-validated (too few levels)")
+    return (f"the twin calibrated on {', '.join(model.sources)}: {engine_config(model.engine).step.describe()}"
+            f"{error}")
+
+
+def scaled(model: CalibratedModel, factor: float) -> CalibratedModel:
+    """The model with every step ``factor`` times as long (a band's edge: the worst held-out error applied to
+    every step)."""
+    e = model.engine
+    engine = msgspec.structs.replace(e, t0=e.t0 * factor, a=e.a * factor, b=e.b * factor, c=e.c * factor,
+                                     s=e.s * factor)
+    return msgspec.structs.replace(model, engine=engine)
+
+
+def held_out_worst(model: CalibratedModel) -> float | None:
+    """The calibration's worst held-out TPOT error as a fraction below 1 (None: none known, or 100 % or more)."""
+    cv = model.cross_validation
+    if cv is None or cv.worst_error is None or abs(cv.worst_error) >= 1:
+        return None
+    return abs(cv.worst_error)
+
+
 def _plan(concurrencies: Sequence[int] | None, top: int) -> ConcurrencyPlan:
     from plateau_bench.analysis.plateau import SearchConfig
 
@@ -108,7 +135,7 @@ async def predict(model: CalibratedModel, workload: WorkloadSpec, settings: Sett
                       slo_throughput=best.output_throughput if best else None, band_note=note,
                       notes=[*_notes(model, settings), *_extrapolation(model, levels, workload),
                              *_cap_reach(model, config.max_num_seqs)],
-                      held_out_low=held_out[0], held_out_high=held_out[1])
+                      held_out_low=held_out[0], held_out_high=held_out[1], model=model_line(model))
 
 
 async def _standard_error_band(model: CalibratedModel, settings: Settings, workload: WorkloadSpec,
@@ -130,10 +157,9 @@ async def _standard_error_band(model: CalibratedModel, settings: Settings, workl
 
 
 def _held_out_band(model: CalibratedModel, plateau: Plateau | None) -> tuple[float | None, float | None]:
-    cv = model.cross_validation
-    if plateau is None or cv is None or cv.worst_error is None or abs(cv.worst_error) >= 1:
+    worst = held_out_worst(model)
+    if plateau is None or worst is None:
         return None, None
-    worst = abs(cv.worst_error)
     return plateau.throughput / (1 + worst), plateau.throughput / (1 - worst)
 
 

@@ -1,7 +1,7 @@
 """Suite-wide fixtures and hooks: the in-process CLI (``cli``), and the inner loop kept fast by naming the tests
 that slow it down.
 
-The inner loop (``pytest -m "not slow and not real_server and not browser"``) should stay under a
+The inner loop (``pytest -n 2 -m "not slow and not real_server and not browser"``) should stay under a
 minute on two cores. A test without any of those markers that takes SLOW_S seconds or more (set-up,
 call and teardown together) is listed at the end of the run, so it can be marked ``slow`` or made
 faster before the loop drifts. Nothing fails on it: a busy machine makes anything slow.

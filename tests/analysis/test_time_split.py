@@ -83,6 +83,15 @@ def test_the_verdict_says_where_the_grown_ttft_went() -> None:
                     "by the server's own histograms; TTFT 50 ms at C=1)")
 
 
+def test_with_preemptions_the_line_says_the_queue_stops_at_the_first_scheduling() -> None:
+    levels = capped_levels()
+    with_split(levels, queue_ms=2.0, prefill_ms=98_000.0)
+    levels[-1].telemetry = msgspec.structs.replace(levels[-1].telemetry, preemptions_delta=39.0)
+    line = next(e for e in diagnose(levels, engine="vllm").evidence if "outside the engine" in e)
+    assert line.endswith("TTFT 50 ms at C=1; 39 preemptions in the window: the server stamps queue time at a "
+                         "request's first scheduling, so a preempted request's wait counts as prefill or decode)")
+
+
 def test_no_line_without_a_split_or_when_ttft_did_not_grow() -> None:
     assert not any("outside the engine" in e for e in diagnose(capped_levels()).evidence)
     levels = capped_levels()

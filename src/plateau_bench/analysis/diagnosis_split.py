@@ -5,6 +5,11 @@ reads, from that level's split (``analysis.time_split``), ``TTFT 2.2 s = 2.0 s q
 105 ms outside the engine``: queueing behind a cap or a full cache shows as queue, prompts competing for
 step time as prefill, and a slow front end or network as time outside the engine. Nothing is said when
 the server published no split or the window held too few requests for its means.
+
+Under preemption the queue reads short while requests wait: vLLM stamps a request's queue time at its first
+scheduling and ignores later ones (``scheduled_ts`` is set once, "ignore preemptions", in its v1 stats), so
+a preempted request's wait to be scheduled again counts as prefill (before its first token) or decode. The
+twin stamps it the same way. The line says so when the server counted preemptions in the window.
 """
 
 from __future__ import annotations
@@ -31,6 +36,9 @@ def time_split_evidence(s: Sweep) -> str | None:
     if queue is None or prefill is None or queue.mean is None or prefill.mean is None or client is None \
             or outside is None:
         return None
+    preempted = last.telemetry.preemptions_delta
+    caveat = (f"; {preempted:,.0f} preemptions in the window: the server stamps queue time at a request's first "
+              "scheduling, so a preempted request's wait counts as prefill or decode") if preempted else ""
     return (f"at {at(last)}: TTFT {_fmt(client)} = {_fmt(queue.mean)} queue + {_fmt(prefill.mean)} prefill + "
             f"{_fmt(outside)} outside the engine (means, by the server's own histograms; TTFT {_fmt(base)} at "
-            f"{at(first)})")
+            f"{at(first)}{caveat})")

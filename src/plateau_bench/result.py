@@ -307,6 +307,8 @@ class Verdict(msgspec.Struct):
     gpu_evidence: list[str] = msgspec.field(default_factory=list)  # what the GPUs showed (DCGM, NVML)
     what_if_batch: float | None = None            # the decoding batch the cap what-if assumes
     what_if_model: str | None = None              # what predicted it: "TPOT slope" | "calibrated twin (...)"
+    what_if_low: float | None = None              # the cap what-if's band, tok/s (None: none)
+    what_if_high: float | None = None
     roofline: RooflinePlacement | None = None     # where the plateau sits against the hardware (--roofline)
 
 

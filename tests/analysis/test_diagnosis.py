@@ -53,6 +53,23 @@ def test_admission_cap_client_only() -> None:
     assert "--max-num-seqs" in v.suggestions[0] or "max-running-requests" in v.suggestions[0]
 
 
+def test_the_cap_what_if_has_a_band_from_each_level_left_out_of_the_slope() -> None:
+    exact = diagnose(capped_levels())
+    assert exact.what_if_low == pytest.approx(exact.predicted_throughput_doubled_cap)   # an exact line: no spread
+    assert exact.what_if_high == pytest.approx(exact.predicted_throughput_doubled_cap)
+    assert exact.what_if_model is not None and exact.what_if_model.startswith(
+        "TPOT slope (linear in the batch, measured below the cap on 8 levels); band ")
+    levels = capped_levels()
+    levels[5] = msgspec.structs.replace(levels[5], tpot_ms=Latency(mean=30.0, p50=30.0, p99=30.0))   # C=32 read slow
+    noisy = diagnose(levels)
+    assert noisy.what_if_low is not None and noisy.what_if_high is not None
+    assert noisy.what_if_low < noisy.predicted_throughput_doubled_cap < noisy.what_if_high   # type: ignore[operator]
+    assert noisy.what_if_high / noisy.what_if_low > 1.01
+    two = diagnose([lv for lv in capped_levels() if lv.concurrency in (64, 128, 256, 512, 1024)])
+    assert two.what_if_model is not None and two.what_if_model.endswith("; no band: two levels, none to leave out")
+    assert two.what_if_low is None
+
+
 def test_admission_cap_with_server_metrics_names_engine_flag() -> None:
     v = diagnose(capped_levels(telemetry=True), engine="vllm")
     assert v.constraint == "admission_cap" and v.confidence == "high"

@@ -96,7 +96,13 @@ def _cap_verdict(s: Sweep, sign: CapSign, kv: KvSign, confidence: Confidence, *,
                               and what.predicted > (1 + WHAT_IF_RANGE) * s.plateau.throughput)
     if what and not kv_unsure:
         v.predicted_throughput_doubled_cap, v.what_if_batch = what.predicted, what.batch
-        v.what_if_model = "TPOT slope (linear in the batch, measured below the cap)"
+        v.what_if_model = f"TPOT slope (linear in the batch, measured below the cap on {what.levels} levels)"
+        if what.low is not None and what.high is not None:
+            v.what_if_low, v.what_if_high = what.low, what.high
+            v.what_if_model += (f"; band {what.low:,.0f} to {what.high:,.0f} tok/s with each of those levels left "
+                                "out of the slope in turn")
+        else:
+            v.what_if_model += "; no band: two levels, none to leave out"
         v.what_if.append(what.text)
     elif what:   # the cache may hold the batch as well: give the range, not a number
         gain = what.predicted / s.plateau.throughput - 1

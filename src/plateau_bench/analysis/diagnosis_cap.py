@@ -87,15 +87,22 @@ def cap_signature(s: Sweep) -> CapSign | None:
         (first.tpot_ms.mean or 0) > 0 and (last.tpot_ms.mean or 0) / (first.tpot_ms.mean or 1) < 1.25)
 
 
-def fit_tpot(levels: list[LevelResult], below: float) -> tuple[float, float] | None:
-    pts = [(lv.decoding_concurrency, lv.tpot_ms.mean) for lv in levels
-           if lv.tpot_ms.mean is not None and lv.decoding_concurrency < below * 0.98]
+def _tpot_points(levels: list[LevelResult], below: float) -> list[tuple[float, float]]:
+    """(decoding batch, mean TPOT) of the levels decoding clearly below ``below``."""
+    return [(lv.decoding_concurrency, lv.tpot_ms.mean) for lv in levels
+            if lv.tpot_ms.mean is not None and lv.decoding_concurrency < below * 0.98]
+
+
+def _line(pts: list[tuple[float, float]]) -> tuple[float, float] | None:
     if len(pts) < 2 or len({round(b, 1) for b, _ in pts}) < 2:
         return None
-    b = np.array([p[0] for p in pts])
-    t = np.array([p[1] for p in pts])
-    slope, intercept = np.polyfit(b, t, 1)
+    slope, intercept = np.polyfit(np.array([p[0] for p in pts]), np.array([p[1] for p in pts]), 1)
     return float(intercept), float(max(slope, 0.0))
+
+
+def fit_tpot(levels: list[LevelResult], below: float) -> tuple[float, float] | None:
+    """TPOT = intercept + slope x batch (ms), least squares over the levels below ``below``."""
+    return _line(_tpot_points(levels, below))
 
 
 def _waves(levels: list[LevelResult], cap: int) -> str | None:
@@ -123,12 +130,37 @@ class CapWhatIf:
     batch: float          # the running batch the doubled cap would reach
     predicted: float      # output tok/s
     text: str
+    levels: int = 0                  # levels the TPOT slope was fitted on
+    low: float | None = None         # the band: each of those levels left out of the slope in turn
+    high: float | None = None
+
+
+def _gain(fit: tuple[float, float], cap: int, batch: float) -> float | None:
+    """Throughput at ``batch`` over throughput at ``cap``, by the fitted TPOT line (None: a TPOT <= 0)."""
+    intercept, slope = fit
+    tpot_n, tpot_b = intercept + slope * cap, intercept + slope * batch
+    return (batch / tpot_b) / (cap / tpot_n) if tpot_n > 0 and tpot_b > 0 else None
+
+
+def _left_out_band(pts: list[tuple[float, float]], cap: int, batch: float, plateau: float,
+                   predicted: float) -> tuple[float | None, float | None]:
+    """The prediction with each level left out of the slope in turn (three levels at least): its spread."""
+    if len(pts) < 3:
+        return None, None
+    values = [predicted]
+    for i in range(len(pts)):
+        fit = _line(pts[:i] + pts[i + 1:])
+        gain = _gain(fit, cap, batch) if fit else None
+        if gain is not None:
+            values.append(plateau * gain)
+    return min(values), max(values)
 
 
 def cap_what_if(s: Sweep, sign: CapSign) -> CapWhatIf | None:
     """Doubling the cap (see the module docstring): the batch the KV cache allows, and its throughput."""
     cap = sign.cap
-    fit = fit_tpot(s.levels, cap)
+    pts = _tpot_points(s.levels, cap)
+    fit = _line(pts)
     if not fit:
         return None
     intercept, slope = fit
@@ -143,6 +175,7 @@ def cap_what_if(s: Sweep, sign: CapSign) -> CapWhatIf | None:
     tpot_b = intercept + slope * batch
     gain = (batch / tpot_b) / (cap / tpot_n)
     predicted = s.plateau.throughput * gain
+    low, high = _left_out_band(pts, cap, batch, s.plateau.throughput, predicted)
     room = ""
     if kv and batch < 2 * cap:
         room = (f"; the KV cache, {kv:.0%} full at the cap, holds ~{fits:.0f} such sequences (preempting, the "
@@ -152,4 +185,4 @@ def cap_what_if(s: Sweep, sign: CapSign) -> CapWhatIf | None:
     return CapWhatIf(batch, predicted, (
         f"raising the cap to {2 * cap} would give ~{predicted:,.0f} tok/s ({gain - 1:+.0%}) at ~{tpot_b / tpot_n:.1f}x "
         f"the per-token latency (from the TPOT-vs-batch slope measured below the cap: {intercept:.1f} ms + "
-        f"{slope:.3f} ms per sequence){room}"))
+        f"{slope:.3f} ms per sequence){room}"), len(pts), low, high)

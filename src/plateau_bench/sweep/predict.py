@@ -233,7 +233,8 @@ async def twin_what_if(model: CalibratedModel, verdict: Verdict, workload: Workl
                 f"decoding ~{best.decoding:,.0f} at TPOT p50 {best.tpot_p50_ms or 0:,.0f} ms")
         return msgspec.structs.replace(verdict, predicted_throughput_doubled_cap=best.output_throughput,
                                        what_if_batch=best.decoding, what_if=[text, *verdict.what_if],
-                                       what_if_model=model_name)
+                                       what_if_model=model_name, what_if_low=done.plateau_low,
+                                       what_if_high=done.plateau_high)
     seen = _best(await predict(model, workload, doubled, concurrencies=grid, band=False))
     room = 2 * cap * (workload.input_len + workload.output_len)
     roomy_kv = Settings(max_num_seqs=2 * cap, kv_tokens=max(room, model.engine.kv_tokens))
@@ -243,7 +244,8 @@ async def twin_what_if(model: CalibratedModel, verdict: Verdict, workload: Workl
             f"~{roomy.output_throughput:,.0f} tok/s (if it holds {2 * cap} sequences, decoding ~{roomy.decoding:,.0f} "
             f"at TPOT p50 {roomy.tpot_p50_ms or 0:,.0f} ms); /metrics would say which")
     return msgspec.structs.replace(verdict, what_if=[text, *verdict.what_if], what_if_model=model_name,
-                                   predicted_throughput_doubled_cap=None, what_if_batch=None)
+                                   predicted_throughput_doubled_cap=None, what_if_batch=None, what_if_low=None,
+                                   what_if_high=None)
 
 
 def _lengths(run_dir: Path, attempts: dict[str, int]) -> Lengths:

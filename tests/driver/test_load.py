@@ -334,6 +334,42 @@ async def test_an_answer_still_streaming_at_the_bound_is_not_called_silent() -> 
     assert all("grace period" in (r.error_detail or "") for r in records)
 
 
+class CappedSender(FakeSender):
+    """A server that serves one request at a time, ``service_s`` each: the others queue behind it, silent."""
+
+    def __init__(self, t0_ns: int, service_s: float) -> None:
+        super().__init__(t0_ns, service_s)
+        self.slot = asyncio.Semaphore(1)
+
+    async def send(self, **kw: object) -> RequestRecord:  # type: ignore[override]
+        async with self.slot:
+            return await super().send(**kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow   # a second of real time
+async def test_requests_queued_behind_a_cap_the_server_still_serves_are_not_hung_at_the_bound() -> None:
+    """Four workers on a server that serves one at a time, 0.15 s each: at the bound (0.3 s) the queued ones
+    have been silent longer than the bound on silence (0.2 s), but the server answered one 0 to 0.15 s ago:
+    they are a cap's queue, not a dead server, and finish in the drain."""
+    t0 = time.monotonic_ns()
+    progress = LoadProgress()
+    level = _level(mode="steady", concurrency=4, duration_s=0.3, max_wall_s=0.3)
+    records = await run_level(CappedSender(t0, 0.15), PROMPTS, level, t0_ns=t0, progress=progress, grace_min_s=0.2)
+    assert progress.wall_bound and progress.hung_at_bound == 0 and progress.hung == 0
+    assert len(records) == progress.sent and all(r.error is None for r in records)
+
+
+def test_the_bound_on_silence_spares_only_the_queue_of_a_server_that_still_answers() -> None:
+    from plateau_bench.driver.load_state import silent_at_bound
+
+    ms = 1_000_000
+    signs = {1: (100 * ms, False), 2: (100 * ms, True), 3: (950 * ms, True), 4: (990 * ms, False)}
+    # The server answered 50 ms ago: the queued request 1 waits; 2 stalled mid-answer: hung.
+    assert silent_at_bound(1000 * ms, signs, 950 * ms, 200 * ms) == [2]
+    # Nothing from the server for 900 ms: every request silent for the bound is hung, queued or not.
+    assert silent_at_bound(1000 * ms, signs, 100 * ms, 200 * ms) == [1, 2]
+
+
 async def test_a_level_that_ends_before_its_bound_is_not_cut() -> None:
     t0 = time.monotonic_ns()
     progress = LoadProgress()

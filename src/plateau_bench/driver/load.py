@@ -42,7 +42,9 @@ The bound on silence: a level with ``max_wall_s`` (``--max-level-time``) stops s
 request then silent for ``min(grace_min_s, max_wall_s)`` (no token since it was sent or since its last
 token, where the sender can tell; from then on, checked at every poll) is **hung** at once, whatever the
 grace period left: a server that stopped answering holds a level no longer than its bound. Answers still
-streaming finish: their tokens are the measurement (an answer may take longer than a level).
+streaming finish: their tokens are the measurement (an answer may take longer than a level). A request
+with no token yet while the server still answers others is queued behind them, not hung
+(``load_state.silent_at_bound``): the drain's grace period decides it.
 ``progress.wall_bound`` says the level reached its bound.
 
 Aborting: setting ``stop`` (the target is gone) ends the level at once: nothing new is sent,
@@ -75,6 +77,7 @@ from plateau_bench.driver.load_state import (
     OnRecord,
     PartialRecords,
     Sender,
+    silent_at_bound,
 )
 from plateau_bench.errors import ErrorClass
 from plateau_bench.records import RequestRecord
@@ -175,6 +178,7 @@ class _LevelRun:
         self._hung: set[int] = set()
         self._drain_start_ns: int | None = None
         self._longest_ns = 0
+        self._last_answer_ns = 0   # the latest end of a request answered in full (the server still answers)
         self._deadline_ns: int | None = None
         self._to_send: int | None = None   # requests the current phase will send at most
         self.grace_min_ns = int(GRACE_MIN_S * NS)
@@ -265,19 +269,20 @@ class _LevelRun:
         silence_ns = min(self.grace_min_ns, int(self.level.max_wall_s * NS))
         while True:
             now = self.now()
-            for index, pending in list(self._pending.items()):
-                if index not in self._hung and now - self._last_sign_of_life(index, pending) >= silence_ns:
-                    self.progress.hung_at_bound += 1
-                    self._declare_hung(index, pending, now)
+            signs = {i: self._last_sign_of_life(i, p) for i, p in self._pending.items() if i not in self._hung}
+            alive = max([self._last_answer_ns, *(t for t, answered in signs.values() if answered)])
+            for index in silent_at_bound(now, signs, alive, silence_ns):
+                self.progress.hung_at_bound += 1
+                self._declare_hung(index, self._pending[index], now)
             await asyncio.sleep(_DRAIN_POLL_S)
 
-    def _last_sign_of_life(self, index: int, pending: _Pending) -> int:
-        """A request's last token, or its send when none came or the sender cannot tell."""
+    def _last_sign_of_life(self, index: int, pending: _Pending) -> tuple[int, bool]:
+        """A request's last token and True, or its send and False when none came or the sender cannot tell."""
         if isinstance(self.sender, PartialRecords):
             partial = self.sender.partial_record(index, error=ErrorClass.HUNG, detail="")
             if partial is not None and partial.chunk_ns:
-                return partial.chunk_ns[-1]
-        return pending.sent_ns
+                return partial.chunk_ns[-1], True
+        return pending.sent_ns, False
 
     def _declare_hung(self, index: int, pending: _Pending, now: int) -> None:
         self._hung.add(index)
@@ -433,6 +438,7 @@ class _LevelRun:
         p = self.progress
         if record.error is None:
             p.completed += 1
+            self._last_answer_ns = max(self._last_answer_ns, record.end_ns)
         else:
             p.failed += 1
         p.output_tokens += record.output_tokens

@@ -57,3 +57,17 @@ class LoadShare(msgspec.Struct, frozen=True, kw_only=True):
     index_stride: int = 1
     worker_base: int = 0
     arrivals: list[int] | None = None   # open loop: offsets (ns from the measured phase's start)
+
+
+def silent_at_bound(now_ns: int, last_signs: dict[int, tuple[int, bool]], server_alive_ns: int,
+                    silence_ns: int) -> list[int]:
+    """The requests the bound on silence declares hung (``driver.load``): silent for ``silence_ns``, unless
+    they have had no token yet while the server still answers others (its last token, any request's, within
+    ``silence_ns``). Those are queued behind requests being served, a cap's queue, not a server that stopped
+    answering: the drain's grace period decides them.
+
+    ``last_signs``: per request in flight, (its last token, or its send when none came; whether a token came).
+    """
+    server_answers = now_ns - server_alive_ns < silence_ns
+    return [index for index, (last_ns, answered) in last_signs.items()
+            if now_ns - last_ns >= silence_ns and (answered or not server_answers)]

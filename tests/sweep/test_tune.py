@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -134,25 +135,31 @@ def test_each_measurement_recalibrates_before_the_next_candidate_is_chosen(tmp_p
     assert by_x[1].why == "candidate" and done.restarts == 4
 
 
-def test_the_rounds_end_when_no_setting_left_could_beat_the_best_measured(tmp_path: Path) -> None:
+FLATTENING = {1: 100.0, 2: 190.0, 4: 300.0, 8: 310.0, 16: 312.0}   # parallel -> measured tok/s
+
+
+def _tune_flattening(tmp_path: Path, predicted: Callable[[int], Forecast]) -> object:
+    """A tune of parallel=1..16 from 4 against FLATTENING, with the predictions given (four candidates)."""
     import asyncio
 
     from plateau_bench.spec import WorkloadSpec
     from plateau_bench.sweep.tune import run_tune
 
-    truth = {1: 100.0, 2: 190.0, 4: 300.0, 8: 310.0, 16: 312.0}
-
     async def measure(setting: dict[str, int], run_dir: Path) -> tuple[object, float | None]:
         run_dir.mkdir(parents=True)
-        return _fake_sweep(truth[setting["parallel"]]), 0.1
+        return _fake_sweep(FLATTENING[setting["parallel"]]), 0.1
 
     async def calibrate_on(run_dirs: object) -> object:
         async def predict(setting: dict[str, int]) -> Forecast:
-            return Forecast(truth[setting["parallel"]] * (1.10 if setting["parallel"] == 16 else 1.0))
+            return predicted(setting["parallel"])
         return predict
 
-    done = asyncio.run(run_tune([parse_param("parallel=1..16")], {"parallel": 4}, measure, tmp_path,  # type: ignore[arg-type]
+    return asyncio.run(run_tune([parse_param("parallel=1..16")], {"parallel": 4}, measure, tmp_path,  # type: ignore[arg-type]
                                 workload=WorkloadSpec(), candidates=4, calibrate_on=calibrate_on))  # type: ignore[arg-type]
+
+
+def test_the_rounds_end_when_no_setting_left_could_beat_the_best_measured(tmp_path: Path) -> None:
+    done: TuneResult = _tune_flattening(tmp_path, lambda x: Forecast(FLATTENING[x] * (1.10 if x == 16 else 1.0)))  # type: ignore[assignment]
     # 16 (predicted 343) is measured first: 312, a +10 % error; 8 (predicted 310) could still beat 312
     # if it were 10 % low, so it is measured; 2 (190) and 1 (100) could not, and are not.
     assert sorted(t.setting["parallel"] for t in done.trials) == [4, 8, 16]
@@ -164,24 +171,7 @@ def test_the_rounds_end_when_no_setting_left_could_beat_the_best_measured(tmp_pa
 def test_the_calibrations_held_out_error_keeps_a_tune_from_stopping_on_the_models_word(tmp_path: Path) -> None:
     """The same tune as above, but the calibration's cross-validation held a sweep out at 48 % off: 2 (predicted
     190, up to 365 by that band) could beat 312, so the rounds go on; each trial keeps its band's top."""
-    import asyncio
-
-    from plateau_bench.spec import WorkloadSpec
-    from plateau_bench.sweep.tune import run_tune
-
-    truth = {1: 100.0, 2: 190.0, 4: 300.0, 8: 310.0, 16: 312.0}
-
-    async def measure(setting: dict[str, int], run_dir: Path) -> tuple[object, float | None]:
-        run_dir.mkdir(parents=True)
-        return _fake_sweep(truth[setting["parallel"]]), 0.1
-
-    async def calibrate_on(run_dirs: object) -> object:
-        async def predict(setting: dict[str, int]) -> Forecast:
-            return Forecast(truth[setting["parallel"]], held_out=0.48)
-        return predict
-
-    done = asyncio.run(run_tune([parse_param("parallel=1..16")], {"parallel": 4}, measure, tmp_path,  # type: ignore[arg-type]
-                                workload=WorkloadSpec(), candidates=4, calibrate_on=calibrate_on))  # type: ignore[arg-type]
+    done: TuneResult = _tune_flattening(tmp_path, lambda x: Forecast(FLATTENING[x], held_out=0.48))  # type: ignore[assignment]
     assert sorted(t.setting["parallel"] for t in done.trials) == [2, 4, 8, 16]   # 1 (up to 192) could not
     assert any("(held-out error 48%, largest error so far 0%) the best would measure 192" in n
                for n in done.calibration_notes)

@@ -18,8 +18,6 @@ from typing import TYPE_CHECKING
 import msgspec
 import pytest
 
-from plateau_bench.answers import CalibratedModel, Prediction
-from plateau_bench.store import load_summary
 from plateau_bench.sweep.tune import TuneResult
 
 from support import real_servers
@@ -63,27 +61,3 @@ def test_tune_recommends_the_brute_force_best_for_fewer_restarts(tmp_path: Path,
         [1, *range(1, len(tuned))], table
     assert all(t.predicted_from[0] == {"parallel": 4} for t in done.trials), table
     assert (tmp_path / "run-parallel-16.server.log").stat().st_size > 0
-    _two_parallel_settings_predict_a_third(tmp_path, plateau_cli)
-
-
-def _two_parallel_settings_predict_a_third(runs: Path, plateau_cli: PlateauCli) -> None:
-    """The brute-force grid's own sweeps, reused: calibrated on --parallel 2 and 4 (two caps, so the per-slot
-    step cost is identified), the twin predicts --parallel 8's plateau within 15 %, or its held-out band holds
-    the measurement and is what says why not. ``-c 8192`` is the KV cache the server was given: a user knows it."""
-    model = runs / "model-2-4.json"
-    code, output = plateau_cli.invoke("calibrate", str(runs / "run-parallel-2"), str(runs / "run-parallel-4"),
-                                      "--out", str(model))
-    assert code == 0, output
-    calibrated = msgspec.json.decode(model.read_bytes(), type=CalibratedModel)
-    assert calibrated.parameter("s").identified, output
-    code, output = plateau_cli.invoke("predict", str(model), "--max-num-seqs", "8", "--kv-tokens", "8192", "--json")
-    assert code == 0, output
-    predicted = msgspec.json.decode(output, type=Prediction)
-    measured = load_summary(runs / "run-parallel-8")["plateau"]["throughput"]
-    assert predicted.plateau is not None, output
-    error = predicted.plateau.throughput / measured - 1
-    band = (predicted.held_out_low, predicted.held_out_high)
-    print(f"parallel 2+4 -> 8: predicted {predicted.plateau.throughput:,.0f} tok/s (held-out band {band}), "
-          f"measured {measured:,.0f}: {error:+.1%}")
-    held = band[0] is not None and band[1] is not None and band[0] <= measured <= band[1]
-    assert abs(error) <= 0.15 or held, (error, band, measured)

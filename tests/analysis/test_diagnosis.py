@@ -411,6 +411,29 @@ def test_a_cap_with_kv_signs_client_only_says_what_would_separate_them() -> None
     assert any("enable /metrics" in t for t in v.to_separate)
 
 
+def _stated_cap_with_spread(falling: bool) -> list[LevelResult]:
+    """A stated cap of 4 the server's running count sits at, its KV cache unreported, TPOT p99 1.9x the median."""
+    levels = capped_levels(cap=4)[:7]
+    for lv in levels:
+        lv.telemetry = ServerTelemetry(running_max=float(min(lv.concurrency, 4)), cap=4.0)
+        if lv.concurrency >= 4:
+            lv.tpot_ms = Latency(mean=lv.tpot_ms.mean, p50=lv.tpot_ms.p50, p99=(lv.tpot_ms.p50 or 0) * 1.9)
+    if falling:
+        levels[-1].output_throughput *= 0.6
+    return levels
+
+
+def test_a_stated_cap_the_server_runs_at_is_not_overturned_by_the_spread_alone() -> None:
+    v = diagnose(_stated_cap_with_spread(falling=False))
+    assert (v.constraint, v.estimated_cap, v.secondary) == ("admission_cap", 4, "kv_capacity")
+    assert any("states its cap: 4" in e for e in v.evidence)
+
+
+def test_falling_throughput_still_names_the_cache_over_a_stated_cap() -> None:
+    v = diagnose(_stated_cap_with_spread(falling=True))
+    assert (v.constraint, v.secondary) == ("kv_capacity", "admission_cap")
+
+
 def test_the_terminal_and_html_verdicts_show_both_limits() -> None:
     from rich.console import Console
 

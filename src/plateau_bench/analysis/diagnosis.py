@@ -199,6 +199,10 @@ def _client_only(s: Sweep, sign: CapSign | None, kv: KvSign) -> Verdict | None:
             return v
     if sign is not None:
         points = kv.client.points(sign.fill) if kv.client else 0
+        if sign.stated and sign.server_agrees and not (kv.client and kv.client.thrash):
+            # The server states its cap and its running count sits there: its word outweighs the spread and
+            # stalls, which a prompt joining the batch produces too; only falling throughput overturns it.
+            points = min(points, 1)
         if points >= 2:
             return _kv_verdict(s, kv, sign, "medium")
         if points:

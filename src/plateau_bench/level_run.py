@@ -91,10 +91,11 @@ class StopRule(Protocol):
     def max_s(self) -> float: ...
 
     def warm_check(self, streams: Sequence[RequestRecord], *, level_start_ns: int, settled_ns: int | None,
-                   now_ns: int, workers: int, min_window_s: float) -> WarmCheck:
+                   now_ns: int, workers: int, min_window_s: float, cycle_s: float = 0.0) -> WarmCheck:
         """Whether a warm level may end now, and over which window (``analysis.warm``): ``streams`` are the
         successful requests finished in the level and what those in flight streamed until ``now_ns``; the
-        window holds at least ``min_window_s`` (and the rule's own minimum)."""
+        window holds at least ``min_window_s`` (and the rule's own minimum); ``cycle_s``: the request cycle
+        expected at this concurrency, for batches of whole cycles."""
         ...
 
     def ci_rel(self, records: Sequence[RequestRecord], *, workers: int,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from plateau_bench.analysis.metrics import sorted_tokens
-from plateau_bench.analysis.warm import mser_start, warm_check_records
+from plateau_bench.analysis.metrics import Window, batch_throughputs, sorted_tokens
+from plateau_bench.analysis.stats import batch_means_ci_rel
+from plateau_bench.analysis.warm import cycle_edges, mser_start, warm_check_records
 from plateau_bench.records import RequestRecord
 from plateau_bench.units import NS
 
@@ -70,3 +71,38 @@ def test_a_noisy_level_may_end_when_its_interval_is_wholly_above_or_below_the_de
     assert check(bursts, 29.0, workers=1, clear_above=estimate.tok_s / 3).done
     assert check(bursts, 29.0, workers=1, clear_below=estimate.tok_s * 3).done
     assert not check(bursts, 29.0, workers=1, clear_above=estimate.tok_s).done
+
+
+def cycling(cycles: int, period_s: float) -> list[RequestRecord]:
+    """One worker whose every request streams 400 tokens in the first quarter of its cycle and 100 over the
+    rest: a token rate that repeats with the request cycle, as a closed loop of like requests does."""
+    out = []
+    for k in range(cycles):
+        sent = k * period_s
+        fast = np.linspace(sent + 0.01, sent + period_s / 4, 400)
+        slow = np.linspace(sent + period_s / 4 + 0.05, sent + period_s - 0.001, 100)
+        chunks = [int(t * S) for t in np.concatenate([fast, slow])]
+        out.append(RequestRecord(index=k, worker=0, scheduled_ns=int(sent * S), sent_ns=int(sent * S),
+                                 first_token_ns=chunks[0], end_ns=chunks[-1], chunk_ns=chunks,
+                                 chunk_tokens=[1] * len(chunks), output_tokens=len(chunks)))
+    return out
+
+
+def test_a_rate_that_repeats_with_the_request_cycle_is_measured_over_whole_cycles() -> None:
+    data = cycling(5, 8.0)
+    times, cumulative = sorted_tokens(data)
+    # Ten equal sub-windows of four cycles cut the pattern at different phases: their spread is wide ...
+    sub = batch_means_ci_rel(batch_throughputs(times, cumulative, Window(0, int(32 * S)), 10))
+    assert sub is not None and sub > 0.2
+    # ... while whole cycles (the cycle measured from the finished requests) are alike, and exact.
+    whole = check(data, 32.0, workers=1, cycle_s=20.0)   # a wrong prediction: the measured cycle replaces it
+    assert whole.done and whole.ci_rel is not None and whole.ci_rel <= 0.02
+    assert whole.tok_s == pytest.approx(500 / 8.0, rel=0.01)
+
+
+def test_cycle_batches_need_three_whole_cycles_and_give_way_to_equal_sub_windows_from_ten() -> None:
+    window = Window(0, int(40 * S))
+    assert cycle_edges(window, 15.0, 10) is None          # two cycles: too few batches
+    edges = cycle_edges(window, 8.0, 10)
+    assert edges is not None and len(edges) == 6 and edges[-1] == 40 * S and edges[0] == pytest.approx(0)
+    assert cycle_edges(window, 4.0, 10) is None           # ten cycles: each equal sub-window is one already

@@ -178,12 +178,13 @@ class PrecisionRule:
         return None
 
     def warm_check(self, streams: Sequence[RequestRecord], *, level_start_ns: int, settled_ns: int | None,
-                   now_ns: int, workers: int, min_window_s: float) -> WarmCheck:
+                   now_ns: int, workers: int, min_window_s: float, cycle_s: float = 0.0) -> WarmCheck:
         """A warm level's check (``analysis.warm``) with this rule's precision, limits and bars."""
         from plateau_bench.analysis.warm import warm_check_records
 
         return warm_check_records(streams, level_start_ns=level_start_ns, settled_ns=settled_ns, now_ns=now_ns,
-                                  workers=workers, precision=self.precision, min_s=max(self.min_s, min_window_s),
+                                  workers=workers, cycle_s=cycle_s, precision=self.precision,
+                                  min_s=max(self.min_s, min_window_s),
                                   max_s=self.max_s, clear_above=self.clear_above, clear_below=self.clear_below,
                                   batches=self.batches)
 

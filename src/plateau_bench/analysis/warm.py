@@ -16,7 +16,9 @@ included (their partial records), so the window may be shorter than one request.
 
 The estimate and its interval are the same batch means as a cold level's (``convergence``): ten
 sub-windows, or whole waves where first tokens come in waves (``metrics.steady_batches``), a server
-that admits in waves. The level is done when the interval's half-width is within the precision after
+that admits in waves; or, where the window holds 3 to 10 request cycles, whole cycles back from its end
+(``cycle_edges``): like requests in a closed loop keep their phases, so the rate repeats with the cycle.
+The level is done when the interval's half-width is within the precision after
 at least ``min_s`` of window, or at ``max_s`` since the level started, whatever the interval. While
 the adaptive search grows, a level need only show that it beats its doubling partner by more than the
 plateau gain (``clear_above``, ``sweep.loop``), or that it does not (``clear_below``): it is done as
@@ -69,17 +71,46 @@ def mser_start(times: FloatArray, cumulative: FloatArray, start_ns: int, end_ns:
     return int(start_ns + best_d * group_ns)
 
 
-def warm_check_records(streams: Sequence[RequestRecord], **kw: object) -> WarmCheck:
+def measured_cycle_s(streams: Sequence[RequestRecord], since_ns: int, now_ns: int, workers: int) -> float | None:
+    """The median request time (sent to end) of the requests sent since ``since_ns`` and finished before
+    ``now_ns``; None before a turnover's worth (``workers``) have finished (fewer would favour the short)."""
+    spans = sorted(r.end_ns - r.sent_ns for r in streams if r.sent_ns >= since_ns and r.end_ns < now_ns)
+    return spans[len(spans) // 2] / NS if spans and len(spans) >= max(3, workers) else None
+
+
+def cycle_edges(w: Window, cycle_s: float, batches: int) -> FloatArray | None:
+    """Batch edges one request cycle apart, back from the window's end, where the window holds 3 to
+    ``batches`` cycles.
+
+    In a closed loop of like requests each worker keeps its phase, so the token rate repeats with the
+    request cycle (a prefill-first engine's most of all); sub-windows shorter than a cycle differ by that
+    pattern, not by noise, and their spread overstates the error of a mean over whole cycles. Batch
+    means are sound when each batch spans the correlation time: here one cycle. From ``batches`` cycles
+    on, the equal sub-windows already do."""
+    if cycle_s <= 0:
+        return None
+    n = int(w.length_s / cycle_s)
+    if n < 3 or n >= batches:
+        return None
+    return w.end_ns - np.arange(n, -1, -1, dtype=np.float64) * cycle_s * NS
+
+
+def warm_check_records(streams: Sequence[RequestRecord], *, settled_ns: int | None, now_ns: int, workers: int,
+                       cycle_s: float = 0.0, **kw: object) -> WarmCheck:
     """``warm_check`` over the successful requests finished in the level and those still in flight (what
-    they streamed until now)."""
+    they streamed until now); ``cycle_s``: the request cycle predicted for the level, replaced by the
+    measured one once a turnover's worth of requests has finished."""
     times, cumulative = sorted_tokens(streams)
-    return warm_check(times, cumulative, sorted_first_tokens(streams), **kw)  # type: ignore[arg-type]
+    if settled_ns is not None:
+        cycle_s = measured_cycle_s(streams, settled_ns, now_ns, workers) or cycle_s
+    return warm_check(times, cumulative, sorted_first_tokens(streams), settled_ns=settled_ns, now_ns=now_ns,
+                      workers=workers, cycle_s=cycle_s, **kw)  # type: ignore[arg-type]
 
 
 def warm_check(times: FloatArray, cumulative: FloatArray, first_tokens: npt.NDArray[np.int64], *,
                level_start_ns: int, settled_ns: int | None, now_ns: int, workers: int, precision: float,
                min_s: float, max_s: float, clear_above: float | None = None, clear_below: float | None = None,
-               batches: int = 10) -> WarmCheck:
+               batches: int = 10, cycle_s: float = 0.0) -> WarmCheck:
     """The warm level's window and estimate at ``now_ns`` (``times``/``cumulative``: ``metrics.sorted_tokens``
     of the successful requests finished in the level and of those in flight, their tokens until now)."""
     timed_out = (now_ns - level_start_ns) / NS >= max_s
@@ -89,13 +120,19 @@ def warm_check(times: FloatArray, cumulative: FloatArray, first_tokens: npt.NDAr
     window = Window(start, now_ns)
     if window.length_s <= 0:
         return WarmCheck(window_ns=None, tok_s=None, ci_rel=None, done=timed_out)
-    edges = np.array([start, now_ns], dtype=np.float64)
-    tok_s = float(counts_between(times, cumulative, edges)[0]) / window.length_s
-    ci = batch_means_ci_rel(steady_batches(times, cumulative, window, first_tokens, workers, batches))
     waves = phase_edges(first_tokens, window, workers, batches) is not None
+    cycles = None if waves else cycle_edges(window, cycle_s, batches)
+    if cycles is not None:   # whole cycles: the window starts on the earliest cycle edge
+        window = Window(int(cycles[0]), now_ns)
+        rates = counts_between(times, cumulative, cycles) / cycle_s
+        ci = batch_means_ci_rel([float(r) for r in rates])
+    else:
+        ci = batch_means_ci_rel(steady_batches(times, cumulative, window, first_tokens, workers, batches))
+    edges = np.array([window.start_ns, now_ns], dtype=np.float64)
+    tok_s = float(counts_between(times, cumulative, edges)[0]) / window.length_s
     precise = ci is not None and window.length_s >= min_s and (
         ci <= precision or (clear_above is not None and tok_s * (1 - ci) > clear_above)
         or (clear_below is not None and tok_s * (1 + ci) < clear_below))
     done = timed_out or precise
-    return WarmCheck(window_ns=(start, now_ns), tok_s=tok_s, ci_rel=ci, done=done, waves=waves)
+    return WarmCheck(window_ns=(window.start_ns, now_ns), tok_s=tok_s, ci_rel=ci, done=done, waves=waves)
 

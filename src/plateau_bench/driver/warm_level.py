@@ -139,7 +139,8 @@ async def _measure(load: WarmLoad, level: LevelSpec, rule: StopRule, start: int,
                 break
             check = rule.warm_check([r for r in load.level_records if r.error is None] + partials,
                                     level_start_ns=start, settled_ns=load.settled_ns, now_ns=now,
-                                    workers=level.concurrency or 1, min_window_s=CYCLES_IN_WINDOW * load.cycle_s)
+                                    workers=level.concurrency or 1, min_window_s=CYCLES_IN_WINDOW * load.cycle_s,
+                                    cycle_s=load.cycle_s)
             _show(progress, load, check)
             if check.done or load.ran_out:
                 break

@@ -46,7 +46,7 @@ def _measure(driver: WarmDriver, level: LevelSpec, rule: StopRule, start: float,
         settled = driver.settled_at
         check = rule.warm_check([r for r in records if r.error is None] + partials, level_start_ns=_ns(start),
                                 settled_ns=None if settled is None else _ns(settled), now_ns=_ns(t), workers=workers,
-                                min_window_s=CYCLES_IN_WINDOW * driver.cycle_s)
+                                min_window_s=CYCLES_IN_WINDOW * driver.cycle_s, cycle_s=driver.cycle_s)
         if check.done:
             break
     if check.window_ns is not None:

@@ -45,6 +45,13 @@ def test_a_restart_later_than_the_cycle_stretches_it() -> None:
     assert len(set(joins)) == 2
 
 
+def test_one_late_restart_stretches_the_joins_over_at_most_one_and_a_half_predicted_cycles() -> None:
+    # One running request read as slow (a pace from few tokens) would restart after 500 s: the joins
+    # still all go out within 15 s of a 10 s predicted cycle.
+    joins = join_times(0.0, [2.0, 4.0, 500.0], 6, 10.0)
+    assert len(joins) == 6 and max(joins) <= 15.0 and min(joins) >= 0.0
+
+
 def test_the_cycle_at_a_new_concurrency_follows_littles_law_on_the_measured_rate_growth() -> None:
     assert predict_cycle([], 8) == 0.0
     # The request rate doubled with the concurrency (no saturation): the cycle stays.

@@ -72,14 +72,18 @@ def mser_start(times: FloatArray, cumulative: FloatArray, start_ns: int, end_ns:
 
 
 def measured_cycle_s(streams: Sequence[RequestRecord], since_ns: int, now_ns: int, workers: int) -> float | None:
-    """The median request time (sent to end) of the requests sent since ``since_ns`` and finished before
-    ``now_ns``; None before a turnover's worth (``workers``) have finished (fewer would favour the short)."""
-    spans = sorted(r.end_ns - r.sent_ns for r in streams if r.sent_ns >= since_ns and r.end_ns < now_ns)
+    """How long a request stays in the server's batch, from the requests sent since ``since_ns`` and
+    finished before ``now_ns``: the median time from first token to end. The batch's make-up repeats with
+    it, below a cap and above one (where requests also wait in the queue, which does not change the
+    batch). Its prefill is left out: a batch a little shorter than the period only widens the interval.
+    None before a turnover's worth (``workers``) have finished (fewer would favour the short)."""
+    spans = sorted(r.end_ns - r.first_token_ns for r in streams
+                   if r.sent_ns >= since_ns and r.end_ns < now_ns and r.first_token_ns is not None)
     return spans[len(spans) // 2] / NS if spans and len(spans) >= max(3, workers) else None
 
 
 def cycle_edges(w: Window, cycle_s: float, batches: int) -> FloatArray | None:
-    """Batch edges one request cycle apart, back from the window's end, where the window holds 3 to
+    """Batch edges one cycle (``measured_cycle_s``) apart, back from the window's end, where the window holds 3 to
     ``batches`` cycles.
 
     In a closed loop of like requests each worker keeps its phase, so the token rate repeats with the

@@ -13,6 +13,8 @@ import heapq
 import math
 from collections.abc import Sequence
 
+JOIN_SPAN_MAX = 1.5   # joins spread over at most this many predicted request cycles
+
 
 def join_times(now: float, restarts: Sequence[float], joining: int, cycle: float) -> list[float]:
     """When ``joining`` new workers should send their first requests, so that with the ``restarts`` of the
@@ -27,7 +29,10 @@ def join_times(now: float, restarts: Sequence[float], joining: int, cycle: float
     """
     if joining <= 0:
         return []
-    cycle = max(cycle, max(restarts, default=now) - now, 1e-9)
+    # The running requests' restarts stretch the span to the latest of them, but not past 1.5 predicted
+    # cycles: one request slowed early (its pace read from a few tokens) would spread the joins over minutes.
+    latest = max(restarts, default=now) - now
+    cycle = max(cycle, min(latest, JOIN_SPAN_MAX * cycle) if cycle > 0 else latest, 1e-9)
     points = sorted(min(max(r, now), now + cycle) for r in restarts) or [now]
     gaps = [(b - a, a) for a, b in zip(points, [*points[1:], points[0] + cycle], strict=True)]
     heap = [(-length, i, 0) for i, (length, _) in enumerate(gaps)]   # (-sub-gap, gap, joiners in it)

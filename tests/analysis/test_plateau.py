@@ -47,6 +47,18 @@ def test_capped_curve_plateau_at_cap_and_knee_below() -> None:
     assert len(pts) <= 15
 
 
+def test_the_knee_bracket_takes_in_a_level_whose_interval_reaches_the_95_percent_line() -> None:
+    # C=256 reads 0.1 % over the line (95 % of the 4,672 plateau = 4,438) within a 1.9 % interval.
+    pts = [Point(128, 4_088.0, 0.026), Point(256, 4_443.0, 0.019), Point(512, 4_623.0, 0.02),
+           Point(1024, 4_720.0, 0.017)]
+    pl = find_plateau(pts)
+    assert pl is not None and pl.throughput * 0.95 < 4_443.0 < pl.throughput * 0.95 * 1.019
+    assert find_knee(pts, pl).bracket == (128, 512)
+    assert find_knee(pts, pl, by_interval=False).bracket == (128, 256)
+    exact = [Point(p.concurrency, p.throughput, 0.0) for p in pts]   # no interval: the readings alone
+    assert find_knee(exact, pl).bracket == (128, 256)
+
+
 def test_seed_a_fixed_grid() -> None:
     seed = [Point(1, 71), Point(256, 3962.8), Point(512, 3988.1), Point(768, 3991.2), Point(1024, 3997.0)]
     pl = find_plateau(seed)

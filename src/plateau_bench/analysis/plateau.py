@@ -27,7 +27,8 @@ Vocabulary (all pure functions of measured points ``(concurrency, throughput, ci
   would otherwise leave the luckiest window alone as the plateau).
 * The **knee** is the smallest concurrency whose throughput reaches ``knee_fraction`` (95 %) of
   the plateau, interpolated linearly in log2(concurrency) between the two measured levels that
-  bracket it. ``bracket`` names those levels; refinement (geometric bisection) narrows it.
+  bracket it. ``bracket`` names those levels, widened to the next ones where a level's confidence
+  interval reaches the 95 % line; refinement (geometric bisection) narrows it.
 
 ``next_concurrency`` is the search as a state machine: given the points measured so far it says
 what to measure next or why to stop, so the sweep loop holds no logic and the search is tested
@@ -178,8 +179,13 @@ def find_plateau(points: Sequence[Point], plateau_gain: float = 0.05) -> Plateau
     )
 
 
-def find_knee(points: Sequence[Point], plateau: Plateau, fraction: float = 0.95) -> Knee:
-    """Smallest concurrency reaching ``fraction`` of the plateau, log2-interpolated."""
+def find_knee(points: Sequence[Point], plateau: Plateau, fraction: float = 0.95, *,
+              by_interval: bool = True) -> Knee:
+    """Smallest concurrency reaching ``fraction`` of the plateau, log2-interpolated.
+
+    ``by_interval``: the bracket also takes in the neighbouring levels whose confidence interval reaches
+    the target (a level reading 0.1 % over it, within a 2 % interval, does not place the knee below
+    it); the search's bisection (``next_concurrency``) uses the levels' own readings."""
     pts = _sorted_ok(points)
     target = fraction * plateau.throughput
     for i, p in enumerate(pts):
@@ -190,9 +196,20 @@ def find_knee(points: Sequence[Point], plateau: Plateau, fraction: float = 0.95)
             x0, x1 = math.log2(lo.concurrency), math.log2(p.concurrency)
             frac = (target - lo.throughput) / (p.throughput - lo.throughput)
             c = 2 ** (x0 + frac * (x1 - x0))
-            return Knee(c, target, (lo.concurrency, p.concurrency), plateau.reached)
+            bracket = _interval_bracket(pts, i, target) if by_interval else (lo.concurrency, p.concurrency)
+            return Knee(c, target, bracket, plateau.reached)
     last = pts[-1]
     return Knee(float(last.concurrency), target, (last.concurrency, last.concurrency), False)
+
+
+def _interval_bracket(pts: list[Point], first_above: int, target: float) -> tuple[int, int]:
+    """The levels around the knee whose intervals lie wholly below and wholly above ``target``."""
+    lo, hi = first_above - 1, first_above
+    while lo > 0 and pts[lo].throughput * (1 + (pts[lo].ci_rel or 0.0)) >= target:
+        lo -= 1
+    while hi < len(pts) - 1 and pts[hi].throughput * (1 - (pts[hi].ci_rel or 0.0)) < target:
+        hi += 1
+    return pts[lo].concurrency, pts[hi].concurrency
 
 
 GOALS = ("verdict", "knee", "curve")
@@ -228,7 +245,7 @@ def next_concurrency(points: Sequence[Point], cfg: SearchConfig) -> Decision:
         return Decision(None, "done", "plateau confirmed: the verdict and the plateau stand (--goal knee refines the "
                                       "knee between the last two doublings)")
     refined = [p for p in pts if p.concurrency not in {q.concurrency for q in chain}]
-    knee = find_knee(pts, plateau, cfg.knee_fraction)
+    knee = find_knee(pts, plateau, cfg.knee_fraction, by_interval=False)
     lo, hi = knee.bracket
     if cfg.goal == "curve":
         if len(refined) >= 2 * cfg.refine_steps or hi <= lo * CURVE_BRACKET:

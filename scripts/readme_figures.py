@@ -205,6 +205,8 @@ BLOCKS = {
               "(virtual time, ~1 min)", rel=0.01, abs=0.01, slow=True),
         Block("gauntlet", "bench/gauntlet.py: the diagnosis scored against the engine's ground truth (~2 min)",
               rel=0.01, abs=0.01, slow=True, loose=(("s of wall time", 1e9, 1e9),)),  # real time: not compared
+        Block("gauntlet-warm", "bench/gauntlet.py --warm-levels: the same scenarios swept with warm levels (~2 min)",
+              rel=0.01, abs=0.01, slow=True, loose=(("s of wall time", 1e9, 1e9),)),  # real time: not compared
         Block("scale-out", "bench/scale_out.py: --workers against serve-sim, C=256 to 8,192 (real time, ~3 min)",
               # The requests failed and lost are held exactly; the real-time figures (the rows marked
               # "streams": throughput, CPU, lag, TTFT error on two shared cores) and the wall time are not.

@@ -73,6 +73,12 @@ class CrossValidation(msgspec.Struct, frozen=True, kw_only=True):
     sweep_median_abs_error: float | None = None
     sweep_worst_error: float | None = None
 
+    def worst(self, *, across_sweeps: bool = False) -> float | None:
+        """The worst held-out error, unsigned (None: none known). With ``across_sweeps``, leaving one sweep
+        out is read first (another setting is what a tune predicts)."""
+        order = (self.sweep_worst_error, self.worst_error) if across_sweeps else (self.worst_error,)
+        return next((abs(e) for e in order if e is not None), None)
+
 
 class EngineModel(msgspec.Struct, frozen=True, kw_only=True):
     """What the twin needs: the step model and the scheduler's limits."""

@@ -68,10 +68,8 @@ def scaled(model: CalibratedModel, factor: float) -> CalibratedModel:
 
 def held_out_worst(model: CalibratedModel) -> float | None:
     """The calibration's worst held-out TPOT error as a fraction below 1 (None: none known, or 100 % or more)."""
-    cv = model.cross_validation
-    if cv is None or cv.worst_error is None or abs(cv.worst_error) >= 1:
-        return None
-    return abs(cv.worst_error)
+    worst = model.cross_validation.worst() if model.cross_validation is not None else None
+    return worst if worst is not None and worst < 1 else None
 
 
 def _plan(concurrencies: Sequence[int] | None, top: int) -> ConcurrencyPlan:

@@ -154,11 +154,11 @@ def _name(setting: dict[str, int]) -> str:
 
 
 def held_out_error(model: CalibratedModel) -> float:
-    """The worst held-out error of a calibration, as a fraction below 1: leave one sweep out where there
-    were several sweeps (another setting is what a tune predicts), else leave one level out."""
+    """The worst held-out error of a calibration, as a fraction (at most 0.9): leave one sweep out where
+    there were several sweeps (another setting is what a tune predicts), else leave one level out."""
     cv = model.cross_validation
-    worst = [abs(e) for e in (cv.sweep_worst_error, cv.worst_error) if e is not None] if cv is not None else []
-    return min(0.9, worst[0]) if worst else 0.0
+    worst = cv.worst(across_sweeps=True) if cv is not None else None
+    return min(0.9, worst) if worst is not None else 0.0
 
 
 async def predictor(run_dirs: Sequence[Path], params: Sequence[TuneParam], workload: WorkloadSpec,

@@ -66,6 +66,10 @@ class WarmEnd(msgspec.Struct, kw_only=True):
     seconds: float = 0.0
 
 
+WHOLE_LEVEL_NOTE = ("warm: the level's time ran out too soon after its concurrency was reached for a window of "
+                    "its own: window over the whole level, the change included")
+
+
 class WarmCheck(msgspec.Struct, frozen=True, kw_only=True):
     """What a warm level's stop rule says at a check (``analysis.warm``)."""
 
@@ -74,6 +78,7 @@ class WarmCheck(msgspec.Struct, frozen=True, kw_only=True):
     ci_rel: float | None
     done: bool
     waves: bool = False                 # first tokens come in waves: the batches hold whole waves
+    whole_level: bool = False           # the time ran out before a window of its own: the whole level
 
 
 class StopRequested(Exception):

@@ -106,3 +106,14 @@ def test_cycle_batches_need_three_whole_cycles_and_give_way_to_equal_sub_windows
     edges = cycle_edges(window, 8.0, 10)
     assert edges is not None and len(edges) == 6 and edges[-1] == 40 * S and edges[0] == pytest.approx(0)
     assert cycle_edges(window, 4.0, 10) is None           # ten cycles: each equal sub-window is one already
+
+
+def test_a_level_whose_time_runs_out_just_after_it_settled_is_measured_over_the_whole_level() -> None:
+    data = steady(2000, 0.0, 30.0)
+    # Settled 0.3 s before the limit: no window of its own, so the whole level, not those 0.3 s.
+    late = check(data, 30.0, settled_ns=int(29.7 * S), max_s=30.0)
+    assert late.done and late.whole_level and late.window_ns == (0, int(30.0 * S))
+    assert late.tok_s == pytest.approx(2000, rel=0.05)
+    # A window of its own that is long enough is kept.
+    kept = check(data, 30.0, settled_ns=int(5 * S), max_s=30.0)
+    assert kept.done and not kept.whole_level and kept.window_ns is not None and kept.window_ns[0] >= 5 * S

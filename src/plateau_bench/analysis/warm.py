@@ -22,7 +22,9 @@ The level is done when the interval's half-width is within the precision after
 at least ``min_s`` of window, or at ``max_s`` since the level started, whatever the interval. While
 the adaptive search grows, a level need only show that it beats its doubling partner by more than the
 plateau gain (``clear_above``, ``sweep.loop``), or that it does not (``clear_below``): it is done as
-soon as its interval lies wholly on one side.
+soon as its interval lies wholly on one side. A level whose time runs out before its window reached
+``min_s`` is measured over the whole level instead (``level_run.WHOLE_LEVEL_NOTE``): a window of a few
+steps, opened just before the limit, read one level at twice its rate with a 137 % interval.
 """
 
 from __future__ import annotations
@@ -122,6 +124,9 @@ def warm_check(times: FloatArray, cumulative: FloatArray, first_tokens: npt.NDAr
         return WarmCheck(window_ns=None, tok_s=None, ci_rel=None, done=timed_out)
     start = mser_start(times, cumulative, settled_ns, now_ns)
     window = Window(start, now_ns)
+    whole_level = timed_out and window.length_s < min_s
+    if whole_level:   # a window of a few steps could read anything: the whole level, the change included
+        window = Window(level_start_ns, now_ns)
     if window.length_s <= 0:
         return WarmCheck(window_ns=None, tok_s=None, ci_rel=None, done=timed_out)
     waves = phase_edges(first_tokens, window, workers, batches) is not None
@@ -138,5 +143,6 @@ def warm_check(times: FloatArray, cumulative: FloatArray, first_tokens: npt.NDAr
         ci <= precision or (clear_above is not None and tok_s * (1 - ci) > clear_above)
         or (clear_below is not None and tok_s * (1 + ci) < clear_below))
     done = timed_out or precise
-    return WarmCheck(window_ns=(window.start_ns, now_ns), tok_s=tok_s, ci_rel=ci, done=done, waves=waves)
+    return WarmCheck(window_ns=(window.start_ns, now_ns), tok_s=tok_s, ci_rel=ci, done=done, waves=waves,
+                     whole_level=whole_level)
 

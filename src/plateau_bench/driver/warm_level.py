@@ -22,7 +22,7 @@ from plateau_bench.driver.health import HealthSampler
 from plateau_bench.driver.level_telemetry import LevelTelemetry
 from plateau_bench.driver.warm import OnRecord, WarmLoad
 from plateau_bench.errors import ErrorClass
-from plateau_bench.level_run import LevelRun, StopRequested, StopRule, WarmCheck
+from plateau_bench.level_run import WHOLE_LEVEL_NOTE, LevelRun, StopRequested, StopRule, WarmCheck
 from plateau_bench.progress import LevelProgress
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import WarmLevelInfo
@@ -167,7 +167,7 @@ def _window(closed: _Closed, load: WarmLoad, start: int) -> tuple[tuple[int, int
     check = closed.check
     if check is not None and check.window_ns is not None:
         if closed.asked_ns is None:
-            return check.window_ns, WINDOW_NOTE, check.waves
+            return check.window_ns, WHOLE_LEVEL_NOTE if check.whole_level else WINDOW_NOTE, check.waves
         return (check.window_ns[0], closed.end_ns), WINDOW_NOTE + " (closed by Ctrl-C)", check.waves
     settled = load.settled_ns if load.settled_ns is not None and load.settled_ns < closed.end_ns else start
     if closed.asked_ns is not None:

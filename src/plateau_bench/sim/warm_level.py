@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plateau_bench.level_run import LevelRun, StopRule
+from plateau_bench.level_run import WHOLE_LEVEL_NOTE, LevelRun, StopRule
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import WarmLevelInfo
 from plateau_bench.sim.warm import WarmDriver
@@ -50,7 +50,8 @@ def _measure(driver: WarmDriver, level: LevelSpec, rule: StopRule, start: float,
         if check.done:
             break
     if check.window_ns is not None:
-        return _Run(records, partials, t, check.window_ns, WINDOW_NOTE, check.waves)
+        return _Run(records, partials, t, check.window_ns, WHOLE_LEVEL_NOTE if check.whole_level else WINDOW_NOTE,
+                    check.waves)
     begin = _ns(settled if settled is not None else start)
     return _Run(records, partials, t, (begin, _ns(t)), "warm: the level's time ran out before its rate settled: "
                 "window from where the concurrency was reached", False)

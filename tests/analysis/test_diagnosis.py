@@ -140,6 +140,28 @@ def test_kv_capacity_from_server_preemptions() -> None:
     assert any("preemptions" in e for e in v.evidence)
 
 
+def _pinned_at_a_full_cache(preempting: bool) -> list[LevelResult]:
+    """Running pinned at a cap of 177 (/metrics), the KV cache 96 % full on average there."""
+    levels = capped_levels(cap=177, telemetry=True)[:10]
+    for lv in levels:
+        at_cap = (lv.concurrency or 0) >= 177
+        lv.telemetry = ServerTelemetry(
+            running_max=float(min(lv.concurrency or 0, 177)), waiting_mean=float(max((lv.concurrency or 0) - 177, 0)),
+            kv_usage_mean=0.965 if at_cap else 0.5, kv_usage_max=0.978 if at_cap else 0.55,
+            preemptions_delta=30.0 if at_cap and preempting else 0.0)
+    return levels
+
+
+def test_a_cap_the_server_runs_at_without_preempting_binds_before_a_nearly_full_cache() -> None:
+    v = diagnose(_pinned_at_a_full_cache(preempting=False))
+    assert (v.constraint, v.estimated_cap, v.secondary) == ("admission_cap", 177, "kv_capacity")
+
+
+def test_a_nearly_full_cache_that_preempts_binds_before_the_cap() -> None:
+    v = diagnose(_pinned_at_a_full_cache(preempting=True))
+    assert (v.constraint, v.secondary) == ("kv_capacity", "admission_cap")
+
+
 def test_load_generator_is_named_when_it_holds_throughput_back() -> None:
     # The server is far from saturated; from C=256 the client cannot keep the requests in flight and the
     # throughput it delivers stalls above what the healthy levels reached.

@@ -181,7 +181,10 @@ def _prefill_first(s: Sweep, sign: CapSign | None) -> Verdict | None:
 
 def _with_metrics(s: Sweep, sign: CapSign | None, kv: KvSign) -> Verdict | None:
     if sign is not None and kv.full:
-        if kv.dominant:
+        # Running pinned at the cap with nothing preempted and room for the next prompt: the cap is what
+        # holds the queue out now; the full cache says doubling it would give little (secondary).
+        pinned = sign.server_agrees and kv.preemptions == 0 and not kv.blocked
+        if kv.dominant and not pinned:
             return _kv_verdict(s, kv, sign, "high" if (kv.kv_mean or 0) >= 0.95 else "medium")
         return _cap_verdict(s, sign, kv, "medium")
     if kv.full:

@@ -5,7 +5,9 @@ preempts (>= 1 request in 20), or its free part (with the size the server states
 prompt while requests wait; with multi-turn sessions, a peak >= 95 % with preemptions and a queue (the
 time-average sits lower, as each conversation's context grows and starts small again). It *dominates*
 (is the primary limit even when the running count also touches a cap) when it is full nearly all the
-time (>= 95 %), when it preempts at >= 90 %, or when it cannot hold the next prompt.
+time (>= 95 %), when it preempts at >= 90 %, or when it cannot hold the next prompt; but not when the
+server's running count sits at the cap with nothing preempted and room for the next prompt: then the cap
+holds the queue out, and the full cache is the secondary limit (doubling the cap would give little).
 
 Client alone (each sign is also produced by something else, so they are weighed together):
 

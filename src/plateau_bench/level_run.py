@@ -66,6 +66,7 @@ class WarmEnd(msgspec.Struct, kw_only=True):
     seconds: float = 0.0
 
 
+GAUGE_SCRAPES = 5   # /metrics scrapes a window holds before its gauges' means compare with the client's
 WHOLE_LEVEL_NOTE = ("warm: the level's time ran out too soon after its concurrency was reached for a window of "
                     "its own: window over the whole level, the change included")
 

@@ -162,6 +162,19 @@ def test_a_nearly_full_cache_that_preempts_binds_before_the_cap() -> None:
     assert (v.constraint, v.secondary) == ("kv_capacity", "admission_cap")
 
 
+@pytest.mark.parametrize(("preemptions", "confidence"), [(40.0, "high"), (0.0, "medium")])
+def test_a_full_cache_is_sure_only_when_it_turned_requests_away(preemptions: float, confidence: str) -> None:
+    levels = []
+    for c in (1, 2, 4, 8, 16, 32, 64):
+        b = min(c, 20)
+        tel = {"preemptions_delta": preemptions if c >= 32 else 0.0, "kv_usage_max": 0.99 if c >= 16 else 0.5,
+               "kv_usage_mean": 0.97 if c >= 16 else 0.45}
+        levels.append(level(c, b * 100.0, dec=b * 0.7 if c >= 16 else b, peak=min(c, 28), ttft=30, tpot=10,
+                            telemetry=tel, itl_max=200.0 if c >= 16 else 12.0))
+    v = diagnose(levels)
+    assert (v.constraint, v.confidence) == ("kv_capacity", confidence)
+
+
 def test_load_generator_is_named_when_it_holds_throughput_back() -> None:
     # The server is far from saturated; from C=256 the client cannot keep the requests in flight and the
     # throughput it delivers stalls above what the healthy levels reached.

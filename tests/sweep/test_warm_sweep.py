@@ -87,3 +87,13 @@ def test_time_to_verdict_is_the_time_until_the_verdict_never_changed_again() -> 
     result.levels = result.levels[:2]
     result.levels[0].verdict_then = None
     assert time_to_verdict(result) is None          # a level without its verdict: not known
+
+
+def test_a_warm_window_holds_enough_scrapes_for_the_servers_gauges() -> None:
+    # Scraped every second: every warm level that ended on its interval holds at least five scrapes, so
+    # its gauges' means (running + waiting against the client's in flight) say something.
+    runner = VirtualLevelRunner(get_preset("tiny"), WORKLOAD, metrics=True, scrape_s=1.0)
+    result = asyncio.run(run_plan(runner, ConcurrencyPlan(limits=SweepLimits(max_level_s=60, warm=True))))[1]
+    for lv in result.levels:
+        assert lv.window_end_s - lv.window_start_s >= 5.0 - 1e-6, lv.label
+        assert lv.telemetry.samples >= 5, lv.label

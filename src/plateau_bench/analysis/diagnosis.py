@@ -180,15 +180,18 @@ def _prefill_first(s: Sweep, sign: CapSign | None) -> Verdict | None:
 
 
 def _with_metrics(s: Sweep, sign: CapSign | None, kv: KvSign) -> Verdict | None:
+    # The cache is sure only when it turned requests away (preempted them, or cannot hold the next prompt):
+    # one full to 96 % that evicts nothing may be holding exactly what something else admits.
+    turned_away = kv.preemptions > 0 or kv.blocked
     if sign is not None and kv.full:
         # Running pinned at the cap with nothing preempted and room for the next prompt: the cap is what
         # holds the queue out now; the full cache says doubling it would give little (secondary).
-        pinned = sign.server_agrees and kv.preemptions == 0 and not kv.blocked
+        pinned = sign.server_agrees and not turned_away
         if kv.dominant and not pinned:
-            return _kv_verdict(s, kv, sign, "high" if (kv.kv_mean or 0) >= 0.95 else "medium")
+            return _kv_verdict(s, kv, sign, "high" if (kv.kv_mean or 0) >= 0.95 and turned_away else "medium")
         return _cap_verdict(s, sign, kv, "medium")
     if kv.full:
-        return _kv_verdict(s, kv, None, "high" if kv.dominant else "medium")
+        return _kv_verdict(s, kv, None, "high" if kv.dominant and turned_away else "medium")
     v = _prefill_first(s, sign)
     if v is None and sign is not None:
         v = _cap_verdict(s, sign, kv, _cap_confidence(s, sign, client=False))

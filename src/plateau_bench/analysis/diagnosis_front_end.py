@@ -24,12 +24,13 @@ The verdict needs the requests (or the TTFT) outside the engine; the CPU raises 
 from __future__ import annotations
 
 from plateau_bench.analysis.diagnosis_common import Sweep, at, ms
+from plateau_bench.level_run import GAUGE_SCRAPES
 from plateau_bench.result import Confidence, LevelResult, Verdict
 
 OUTSIDE_SHARE = 0.5   # of the client's requests in flight, the server does not count them
 ONE_CORE = 0.8        # CPU seconds per second: a single-threaded process near its core
 IDLE_CPU = 0.5        # below this the API server has CPU to spare
-MIN_SCRAPES = 5       # scrapes inside a level's window before its gauges' means are compared with the client's
+MIN_SCRAPES = GAUGE_SCRAPES   # scrapes inside a level's window before its gauges compare with the client's
 
 FRONT_END_FIX = {
     "vllm": "vllm serve --api-server-count {n} (more API server processes in front of the engine)",

@@ -22,7 +22,7 @@ from plateau_bench.driver.health import HealthSampler
 from plateau_bench.driver.level_telemetry import LevelTelemetry
 from plateau_bench.driver.warm import OnRecord, WarmLoad
 from plateau_bench.errors import ErrorClass
-from plateau_bench.level_run import WHOLE_LEVEL_NOTE, LevelRun, StopRequested, StopRule, WarmCheck
+from plateau_bench.level_run import GAUGE_SCRAPES, WHOLE_LEVEL_NOTE, LevelRun, StopRequested, StopRule, WarmCheck
 from plateau_bench.progress import LevelProgress
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import WarmLevelInfo
@@ -126,6 +126,8 @@ async def _measure(load: WarmLoad, level: LevelSpec, rule: StopRule, start: int,
         finish.set()
 
     check: WarmCheck | None = None
+    scraper = ctx.telemetry.scraper   # its gauges need a few scrapes inside the window to mean anything
+    gauge_window_s = GAUGE_SCRAPES * scraper.interval_s if scraper is not None else 0.0
     with level_finisher(finish_now):
         while True:
             wait_s = max(ctx.check_s, 0.02 * (load.now() - start) / NS)
@@ -139,7 +141,8 @@ async def _measure(load: WarmLoad, level: LevelSpec, rule: StopRule, start: int,
                 break
             check = rule.warm_check([r for r in load.level_records if r.error is None] + partials,
                                     level_start_ns=start, settled_ns=load.settled_ns, now_ns=now,
-                                    workers=level.concurrency or 1, min_window_s=CYCLES_IN_WINDOW * load.cycle_s,
+                                    workers=level.concurrency or 1, min_window_s=max(CYCLES_IN_WINDOW * load.cycle_s,
+                                                                                     gauge_window_s),
                                     cycle_s=load.cycle_s)
             _show(progress, load, check)
             if check.done or load.ran_out:

@@ -102,7 +102,8 @@ class VirtualLevelRunner:
             probe = Probe(min(self.probe_s, self.scrape_s)) if self.metrics or self.keep_probes else None
             self._live = WarmDriver(self.config, self.workload, chunks=self.chunks, probe=probe)
             self._live_probe = probe
-        run = run_warm_level(self._live, level, stop_rule, label=label, check_s=self.check_s)
+        run = run_warm_level(self._live, level, stop_rule, label=label, check_s=self.check_s,
+                             scrape_s=self.scrape_s if self.metrics else 0.0)
         if on_record:
             for r in run.records:
                 on_record(r)

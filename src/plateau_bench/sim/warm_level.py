@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from plateau_bench.level_run import WHOLE_LEVEL_NOTE, LevelRun, StopRule
+from plateau_bench.level_run import GAUGE_SCRAPES, WHOLE_LEVEL_NOTE, LevelRun, StopRule
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import WarmLevelInfo
 from plateau_bench.sim.warm import WarmDriver
@@ -34,7 +34,8 @@ class _Run:
     waves: bool
 
 
-def _measure(driver: WarmDriver, level: LevelSpec, rule: StopRule, start: float, check_s: float) -> _Run:
+def _measure(driver: WarmDriver, level: LevelSpec, rule: StopRule, start: float, check_s: float,
+             gauge_window_s: float) -> _Run:
     workers = level.concurrency or 1
     records: list[RequestRecord] = []
     t = start
@@ -46,7 +47,8 @@ def _measure(driver: WarmDriver, level: LevelSpec, rule: StopRule, start: float,
         settled = driver.settled_at
         check = rule.warm_check([r for r in records if r.error is None] + partials, level_start_ns=_ns(start),
                                 settled_ns=None if settled is None else _ns(settled), now_ns=_ns(t), workers=workers,
-                                min_window_s=CYCLES_IN_WINDOW * driver.cycle_s, cycle_s=driver.cycle_s)
+                                min_window_s=max(CYCLES_IN_WINDOW * driver.cycle_s, gauge_window_s),
+                                cycle_s=driver.cycle_s)
         if check.done:
             break
     if check.window_ns is not None:
@@ -57,13 +59,15 @@ def _measure(driver: WarmDriver, level: LevelSpec, rule: StopRule, start: float,
                 "window from where the concurrency was reached", False)
 
 
-def run_warm_level(driver: WarmDriver, level: LevelSpec, rule: StopRule, *, label: str, check_s: float) -> LevelRun:
-    """One warm level on the live closed loop (see the module docstring)."""
+def run_warm_level(driver: WarmDriver, level: LevelSpec, rule: StopRule, *, label: str, check_s: float,
+                   scrape_s: float = 0.0) -> LevelRun:
+    """One warm level on the live closed loop (see the module docstring); ``scrape_s``: the /metrics scrape
+    interval, when scraped (the window then holds ``GAUGE_SCRAPES`` scrapes at least)."""
     start = driver.engine.now
     was = len(driver.workers)
     driver.plan_cycle(level.concurrency or 1)
     driver.set_workers(level.concurrency or 1)
-    run = _measure(driver, level, rule, start, check_s)
+    run = _measure(driver, level, rule, start, check_s, GAUGE_SCRAPES * scrape_s)
     driver.learn(level.concurrency or 1, run.records)
     settled = driver.settled_at
     settled_s = (settled if settled is not None else run.end_s) - start

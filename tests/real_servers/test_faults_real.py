@@ -77,12 +77,13 @@ def test_closed_port_without_wait_ready_is_one_line_naming_the_url(plateau_cli: 
     assert url in lines[0] and "connection refused" in lines[0]
 
 
+@pytest.mark.parametrize("levels", ["--warm-levels", "--cold-levels"])
 def test_server_killed_during_a_sweep_level(
-    tiny_llamacpp: ServerHandle, tmp_path: Path, plateau_cli: PlateauCli
+    tiny_llamacpp: ServerHandle, tmp_path: Path, plateau_cli: PlateauCli, levels: str
 ) -> None:
     out = tmp_path / "sweep"
     sweep = _plateau(
-        "sweep", *plateau_cli.target(tiny_llamacpp), "--out", str(out), "--concurrency", "1,2,4,8",
+        "sweep", *plateau_cli.target(tiny_llamacpp), "--out", str(out), "--concurrency", "1,2,4,8", levels,
         "--min-level-time", "2s", "--max-level-time", "4s", "--input-len", "32", "--output-len", "512",
         "--quiet",
     )  # fmt: skip

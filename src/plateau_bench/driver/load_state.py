@@ -14,6 +14,8 @@ from plateau_bench.records import RequestRecord
 
 OnRecord = Callable[[RequestRecord], None]
 
+DEAD_TARGET_FAILURES = 32   # connection failures in a row that end a level: the target is gone
+
 
 class Sender(Protocol):
     """Sends one request and returns its record; per-request failures are on the record."""

@@ -33,7 +33,7 @@ from plateau_bench.driver.client import StreamingClient
 from plateau_bench.driver.health import HealthSampler
 from plateau_bench.driver.level_telemetry import LevelTelemetry
 from plateau_bench.driver.load import GRACE_MIN_S, run_level
-from plateau_bench.driver.load_state import LoadProgress, Sender
+from plateau_bench.driver.load_state import DEAD_TARGET_FAILURES, LoadProgress, Sender
 from plateau_bench.driver.pool import PoolOutcome, WorkerPool
 from plateau_bench.driver.sessions import SessionPool, SessionSender
 from plateau_bench.driver.target import on_this_host
@@ -51,7 +51,6 @@ from plateau_bench.workload.prompts import Prompt
 from plateau_bench.workload.source import PromptSource
 
 _MONITOR_S = 0.5
-DEAD_TARGET_FAILURES = 32   # consecutive connection failures that end a level: the target is gone
 
 
 class _TrackingSender:

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as _dt
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from plateau_bench.aio import level_finisher
 from plateau_bench.driver.health import HealthSampler
 from plateau_bench.driver.level_telemetry import LevelTelemetry
+from plateau_bench.driver.load_state import DEAD_TARGET_FAILURES
 from plateau_bench.driver.warm import OnRecord, WarmLoad
 from plateau_bench.errors import ErrorClass
 from plateau_bench.level_run import GAUGE_SCRAPES, WHOLE_LEVEL_NOTE, LevelRun, StopRequested, StopRule, WarmCheck
@@ -65,12 +67,19 @@ async def run_warm_level(load: WarmLoad, level: LevelSpec, rule: StopRule, ctx: 
     start = load.now()
     was = len(load.active)
     load.plan(workers)
-    load.begin_level(ctx.feed, _counted(ctx.on_record, ctx.progress))
+    finish = asyncio.Event()
+
+    def target_gone() -> None:
+        load.stop_sending()
+        finish.set()
+
+    refused = _Refused(target_gone)
+    load.begin_level(ctx.feed, _counted(ctx.on_record, ctx.progress, refused))
     load.set_workers(workers)
     health = HealthSampler(t0_ns=load.t0, in_flight=lambda: len(load.flights))
     health.start()
     try:
-        closed = await _measure(load, level, rule, start, ctx)
+        closed = await _measure(load, level, rule, start, ctx, finish)
         if closed.asked_ns is not None and (closed.check is None or closed.check.window_ns is None):
             # Closed by Ctrl-C before it measured anything: no level. What ended in it goes with the live
             # load's last records to the level before (``end_warm``), as the requests still streaming there.
@@ -93,31 +102,48 @@ async def run_warm_level(load: WarmLoad, level: LevelSpec, rule: StopRule, ctx: 
         window_note=note, level_start_ns=start, warm=info, benchmark_s=(closed.end_ns - start) / NS,
         started_at=started_at, t0_monotonic_ns=load.t0, server_samples=samples.server, gpu_samples=samples.gpu,
         dcgm_samples=samples.dcgm, health_samples=health_samples, prompts=ctx.feed.use(),
-        notes=[*samples.notes, *_notes(info, closed, start, level)])
+        notes=[*samples.notes, *_notes(info, closed, start, level)], target_gone=refused.gone)
 
 
-def _counted(on_record: OnRecord | None, progress: LevelProgress | None) -> OnRecord | None:
-    """The level's record handler, feeding the live view as well."""
-    if progress is None:
-        return on_record
+@dataclass
+class _Refused:
+    """Refused connections in a row: a server that died answers every request at once with one, and without
+    this the level would spin through thousands of instant failures until its time is up."""
+
+    on_gone: Callable[[], None]
+    in_a_row: int = 0
+    gone: bool = False
+
+    def count(self, r: RequestRecord) -> None:
+        self.in_a_row = self.in_a_row + 1 if r.error == ErrorClass.CONNECT else 0
+        if self.in_a_row >= DEAD_TARGET_FAILURES and not self.gone:
+            self.gone = True
+            self.on_gone()
+
+
+def _counted(on_record: OnRecord | None, progress: LevelProgress | None, refused: _Refused) -> OnRecord:
+    """The level's record handler: refused connections counted, the live view fed."""
 
     def handle(r: RequestRecord) -> None:
-        progress.record(r)
-        if r.error == ErrorClass.HUNG:
-            progress.hung += 1
+        refused.count(r)
+        if progress is not None:
+            progress.record(r)
+            if r.error == ErrorClass.HUNG:
+                progress.hung += 1
         if on_record is not None:
             on_record(r)
 
     return handle
 
 
-async def _measure(load: WarmLoad, level: LevelSpec, rule: StopRule, start: int, ctx: WarmLevelContext) -> _Closed:
+async def _measure(load: WarmLoad, level: LevelSpec, rule: StopRule, start: int, ctx: WarmLevelContext,
+                   finish: asyncio.Event) -> _Closed:
     """Check every ``check_s`` (the checks sparser as the level goes on, as their cost grows with it) until
-    the rule is done, a first Ctrl-C, or the prompts ran out; then close the level."""
+    the rule is done, a first Ctrl-C, the target is gone (``finish`` set) or the prompts ran out; then close
+    the level."""
     progress = ctx.progress
     if progress is not None:
         progress.precision = rule.precision
-    finish = asyncio.Event()
     asked: list[int] = []
 
     def finish_now() -> None:   # a first Ctrl-C (aio.first_interrupt_finishes): the level closes at once

@@ -102,7 +102,7 @@ async def run_warm_level(load: WarmLoad, level: LevelSpec, rule: StopRule, ctx: 
         window_note=note, level_start_ns=start, warm=info, benchmark_s=(closed.end_ns - start) / NS,
         started_at=started_at, t0_monotonic_ns=load.t0, server_samples=samples.server, gpu_samples=samples.gpu,
         dcgm_samples=samples.dcgm, health_samples=health_samples, prompts=ctx.feed.use(),
-        notes=[*samples.notes, *_notes(info, closed, start, level)], target_gone=refused.gone)
+        notes=[*samples.notes, *_notes(closed, start, level)], target_gone=refused.gone)
 
 
 @dataclass
@@ -205,11 +205,9 @@ def _window(closed: _Closed, load: WarmLoad, start: int) -> tuple[tuple[int, int
                                       "the concurrency was reached"), False
 
 
-def _notes(info: WarmLevelInfo, closed: _Closed, start: int, level: LevelSpec) -> list[str]:
-    notes = [f"warm from C={info.from_concurrency}: the new concurrency was in flight after {info.settled_s:.1f} s, "
-             f"{info.dropped_s:.1f} s more dropped while the rate settled"] if info.from_concurrency else []
-    if info.waves:
-        notes.append("first tokens came in waves: the interval's batches hold whole waves")
+def _notes(closed: _Closed, start: int, level: LevelSpec) -> list[str]:
+    """What happened out of the ordinary (how the level went warm is in its ``warm`` record)."""
+    notes = []
     if closed.asked_ns is not None:
         notes.append(f"ended by Ctrl-C at {(closed.asked_ns - start) / NS:.1f} s: its window closes there, nothing "
                      f"was sent after it, and the {len(closed.partials)} request(s) then in flight are cancelled "

@@ -75,10 +75,6 @@ def run_warm_level(driver: WarmDriver, level: LevelSpec, rule: StopRule, *, labe
                          dropped_s=max(0.0, run.window[0] / NS - start - settled_s),
                          carried_in=sum(1 for r in run.records if r.sent_ns < _ns(start)),
                          carried_out=len(run.partials), waves=run.waves)
-    notes = [f"warm from C={was}: the new concurrency was in flight after {settled_s:.1f} s, "
-             f"{info.dropped_s:.1f} s more dropped while the rate settled"] if was else []
-    if run.waves:
-        notes.append("first tokens came in waves: the interval's batches hold whole waves")
     return LevelRun(level=level, label=label, records=run.records, in_flight=run.partials, window_ns=run.window,
                     window_note=run.note, level_start_ns=_ns(start), warm=info, benchmark_s=run.end_s - start,
-                    notes=notes)
+                    notes=[])

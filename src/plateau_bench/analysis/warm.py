@@ -16,8 +16,9 @@ included (their partial records), so the window may be shorter than one request.
 
 The estimate and its interval are the same batch means as a cold level's (``convergence``): ten
 sub-windows, or whole waves where first tokens come in waves (``metrics.steady_batches``), a server
-that admits in waves; or, where the window holds 3 to 10 request cycles, whole cycles back from its end
-(``cycle_edges``): like requests in a closed loop keep their phases, so the rate repeats with the cycle.
+that admits in waves; or, where the window holds 3 to 10 periods, whole periods back from its end
+(``cycle_edges``): like requests in a closed loop keep their phases, so the rate repeats with the time a
+request spends in the batch (``measured_cycle_s``).
 The level is done when the interval's half-width is within the precision after
 at least ``min_s`` of window, or at ``max_s`` since the level started, whatever the interval. While
 the adaptive search grows, a level need only show that it beats its doubling partner by more than the
@@ -85,8 +86,8 @@ def measured_cycle_s(streams: Sequence[RequestRecord], since_ns: int, now_ns: in
 
 
 def cycle_edges(w: Window, cycle_s: float, batches: int) -> FloatArray | None:
-    """Batch edges one cycle (``measured_cycle_s``) apart, back from the window's end, where the window holds 3 to
-    ``batches`` cycles.
+    """Batch edges one period (``measured_cycle_s``) apart, back from the window's end, where the window
+    holds 3 to ``batches`` of them.
 
     In a closed loop of like requests each worker keeps its phase, so the token rate repeats with the
     request cycle (a prefill-first engine's most of all); sub-windows shorter than a cycle differ by that
@@ -104,8 +105,8 @@ def cycle_edges(w: Window, cycle_s: float, batches: int) -> FloatArray | None:
 def warm_check_records(streams: Sequence[RequestRecord], *, settled_ns: int | None, now_ns: int, workers: int,
                        cycle_s: float = 0.0, **kw: object) -> WarmCheck:
     """``warm_check`` over the successful requests finished in the level and those still in flight (what
-    they streamed until now); ``cycle_s``: the request cycle predicted for the level, replaced by the
-    measured one once a turnover's worth of requests has finished."""
+    they streamed until now); ``cycle_s``: the request cycle predicted for the level, the period of the
+    batches until the measured one (``measured_cycle_s``) is known."""
     times, cumulative = sorted_tokens(streams)
     if settled_ns is not None:
         cycle_s = measured_cycle_s(streams, settled_ns, now_ns, workers) or cycle_s

@@ -14,6 +14,7 @@ from plateau_bench.analysis.plateau import (
     find_knee,
     find_plateau,
     next_concurrency,
+    queued_only,
 )
 
 
@@ -179,3 +180,22 @@ def test_a_doubling_that_only_queued_is_flat_whatever_its_measured_gain() -> Non
     assert find_plateau([*lows, at_8, grown]) is None
     # And growth without the client's decoding figures (a fixed grid read back) is judged on tok/s alone.
     assert find_plateau([Point(8, 240.0, 0.01), Point(16, 266.0, 0.01)]) is None
+
+
+def test_a_small_capped_batch_moving_by_a_tenth_of_a_request_is_still_capped() -> None:
+    from plateau_bench.analysis.plateau import capped as is_capped
+
+    # llama.cpp --parallel 4 with /metrics, warm levels: C=4 decoded 3.7 on average, C=8 3.8 (2.7 % more,
+    # the window's jitter), running pinned at 4 with requests waiting. The search and the saved levels must
+    # both read that as the cap.
+    at_cap = _level_point(4, 232.0, 3.7, 3.9, 4.0, 0.1)
+    past = _level_point(8, 236.0, 3.8, 7.9, 4.0, 4.0)
+    assert queued_only(at_cap, past) and is_capped(at_cap, past)
+    plateau = find_plateau([_level_point(1, 70.0, 0.9, 0.9, 1.0), _level_point(2, 130.0, 1.9, 1.9, 2.0), at_cap, past])
+    assert plateau is not None and plateau.reached and plateau.concurrency == 4
+    # A third of a request more is admission, not jitter; and a large batch keeps the 2 % allowance.
+    assert not queued_only(at_cap, _level_point(8, 236.0, 4.0, 7.9, 4.0, 4.0))
+    big = _level_point(64, 900.0, 60.0, 63.0, 64.0, 1.0)
+    assert not queued_only(big, _level_point(128, 950.0, 61.5, 127.0, 64.0, 60.0))
+    # A batch of a fraction of a request (long prompts, few tokens out) keeps a relative allowance too.
+    assert not queued_only(_level_point(4, 50.0, 0.1, 3.9, 4.0, 0.0), _level_point(8, 95.0, 0.2, 7.9, 8.0, 0.0))

@@ -90,9 +90,14 @@ def is_flat(lower: Point, upper: Point, plateau_gain: float) -> bool:
     return gain < plateau_gain + noise(lower, upper)
 
 
-# A capped doubling: the decoding batch grew by less than this share, and at least this share of the
-# requests in flight at the upper level had not yet got a first token.
+# A capped doubling: the decoding batch grew by less than this share (or, for a small batch, by less than
+# DECODING_JITTER requests, up to SMALL_BATCH_GROWTH of it), and at least this share of the requests in flight
+# at the upper level had not yet got a first token.
 CAPPED_DECODING_GROWTH = 0.02
+# A time-averaged batch moves by about a tenth of a request from window to window: a cap of 4 read 3.7 in one
+# window and 3.8 in the next, 2.7 % apart. A doubling that admits more requests adds at least half as many.
+DECODING_JITTER = 0.15
+SMALL_BATCH_GROWTH = 0.05
 CAPPED_WAITING_SHARE = 1 / 3
 KV_FULL = 0.95
 SAME_BATCH_SHRINK = 0.05
@@ -102,7 +107,8 @@ def queued_only(lower: Point, upper: Point) -> bool:
     """Whether, seen from the client, the doubling from ``lower`` to ``upper`` only added waiting requests."""
     if lower.decoding is None or upper.decoding is None or upper.achieved is None or lower.decoding <= 0:
         return False
-    no_more_admitted = upper.decoding <= lower.decoding * (1 + CAPPED_DECODING_GROWTH)
+    allowance = max(CAPPED_DECODING_GROWTH * lower.decoding, min(DECODING_JITTER, SMALL_BATCH_GROWTH * lower.decoding))
+    no_more_admitted = upper.decoding <= lower.decoding + allowance
     waiting = upper.achieved - upper.decoding
     return no_more_admitted and waiting >= CAPPED_WAITING_SHARE * upper.achieved
 

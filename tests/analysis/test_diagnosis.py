@@ -446,6 +446,19 @@ def test_a_cap_with_kv_signs_client_only_says_what_would_separate_them() -> None
     assert any("enable /metrics" in t for t in v.to_separate)
 
 
+def test_a_cap_whose_metrics_report_no_kv_usage_asks_for_the_cache_size_not_for_metrics() -> None:
+    # llama.cpp: /metrics scraped (running 4, a queue), no KV usage in it; doubling the cap predicts +90 %,
+    # so the what-if is a range, and what would narrow it is the cache's size, not the /metrics already read.
+    levels = capped_levels(cap=4, telemetry=True)
+    for lv in levels:
+        lv.telemetry = msgspec.structs.replace(lv.telemetry, kv_usage_max=None)
+    v = diagnose(levels, engine="llamacpp")
+    assert v.constraint == "admission_cap" and v.estimated_cap == 4
+    assert "between +0 %" in v.what_if[0]
+    assert not any("enable /metrics" in t for t in v.to_separate), v.to_separate
+    assert any("reports no KV-cache usage" in t and "--ctx-size" in t for t in v.to_separate)
+
+
 def _stated_cap_with_spread(falling: bool) -> list[LevelResult]:
     """A stated cap of 4 the server's running count sits at, its KV cache unreported, TPOT p99 1.9x the median."""
     levels = capped_levels(cap=4)[:7]

@@ -108,11 +108,12 @@ def _cap_verdict(s: Sweep, sign: CapSign, kv: KvSign, confidence: Confidence, *,
         gain = what.predicted / s.plateau.throughput - 1
         v.what_if.append(f"raising the cap to {2 * sign.cap} gives between +0 % (if the KV cache holds no more "
                          f"sequences) and ~{gain:+.0%} (if it holds {2 * sign.cap}): {what.text}")
-        v.to_separate.append("enable /metrics: KV-cache usage at the cap says how many more sequences fit")
+        v.to_separate.append(_kv_room_check(s))
         if v.secondary == "kv_capacity":
             v.to_separate.append("sweep with shorter outputs: a KV limit moves up with them, a fixed cap does not")
     elif not kv.reported:
-        v.to_separate.append("enable /metrics to check the KV cache has room for twice the sequences")
+        v.to_separate.append("enable /metrics to check the KV cache has room for twice the sequences"
+                             if not s.telemetry else _kv_room_check(s))
     if s.prefill_share >= PREFILL_BOUND and v.secondary is None:
         v.secondary = "prefill"
         v.secondary_evidence = [f"prompt tokens take ~{min(s.prefill_share, 1.0):.0%} of the engine's time"]
@@ -124,6 +125,15 @@ def _cap_verdict(s: Sweep, sign: CapSign, kv: KvSign, confidence: Confidence, *,
         headroom = "check the KV cache has room for twice the sequences"
     v.suggestions.append(f"try {_try_cap(s, sign)} ({headroom})")
     return v
+
+
+def _kv_room_check(s: Sweep) -> str:
+    """How to learn the KV cache's room when the levels do not show it."""
+    if not s.telemetry:
+        return "enable /metrics: KV-cache usage at the cap says how many more sequences fit"
+    # /metrics was read, and holds no KV usage (llama.cpp publishes none): only the cache's size tells
+    return ("the server's /metrics reports no KV-cache usage: its cache's size over the tokens a sequence "
+            "holds says how many more sequences fit (llama.cpp: --ctx-size, split across --parallel slots)")
 
 
 def _kv_verdict(s: Sweep, kv: KvSign, sign: CapSign | None, confidence: Confidence) -> Verdict:

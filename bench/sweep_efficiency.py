@@ -10,8 +10,11 @@ side by side:
   off): what a steady level measures when its identical requests start in lock step and the engine
   keeps the wave (the column ``err`` shows how far that is from the truth);
 * the seeds' way: a fixed grid in burst mode at 1, 256, 512, 768, 1024, 2048 (the cost reference);
-* the adaptive sweep (``plateau sweep``'s default: warm levels, ``--goal verdict``), the same with cold
-  levels (``--cold-levels``), and in burst mode.
+* the adaptive sweep with warm levels (``--warm-levels``, ``--goal verdict``), the same with cold levels
+  (``plateau sweep``'s default), and in burst mode, each with levels of up to 600 s (``--max-level-time
+  10m``; the default minute cuts Run B's levels short: its requests take 40 s and more at the cap), and the
+  adaptive sweep warm and cold again with the default minute (``cold, 1 min levels`` is ``plateau sweep``
+  with every default).
 
 Benchmark-seconds are seconds of load against the server (virtual time here: what the same sweep
 would cost on the real deployment the preset models); "to verdict" is the benchmark-seconds until the
@@ -56,6 +59,7 @@ TRUTH_STAGGER_S = 300.0
 TRUTH_FROM_S = 600.0
 TRUTH_TO_S = 1500.0
 COLD_TRUTH_S = 900.0       # seconds per cold-started dense level
+DEFAULT_LEVEL_S = 60.0     # plateau sweep's --max-level-time: the last two rows run the adaptive sweep with it
 
 
 def dense_grid(top: int = 4096) -> tuple[int, ...]:
@@ -102,8 +106,8 @@ def cold_truth_plan() -> ConcurrencyPlan:
                            limits=SweepLimits(min_level_s=COLD_TRUTH_S, max_level_s=COLD_TRUTH_S, warm=False))
 
 
-def adaptive(warm: bool) -> ConcurrencyPlan:
-    return ConcurrencyPlan(mode="steady", limits=SweepLimits(max_level_s=600, warm=warm))
+def adaptive(warm: bool, max_level_s: float = 600.0) -> ConcurrencyPlan:
+    return ConcurrencyPlan(mode="steady", limits=SweepLimits(max_level_s=max_level_s, warm=warm))
 
 
 def verdict(result: ResultFile) -> str:
@@ -145,7 +149,9 @@ def main() -> None:
         grid_s, grid, n = run(case, ConcurrencyPlan(mode="burst", concurrencies=GRID))
         print(row(case, "fixed grid, burst", n, grid_s, grid_s, grid, reference))
         for name, plan in (("adaptive, warm", adaptive(True)), ("adaptive, cold", adaptive(False)),
-                           ("adaptive, burst", ConcurrencyPlan(mode="burst"))):
+                           ("adaptive, burst", ConcurrencyPlan(mode="burst")),
+                           ("warm, 1 min levels", adaptive(True, DEFAULT_LEVEL_S)),
+                           ("cold, 1 min levels", adaptive(False, DEFAULT_LEVEL_S))):
             spent, result, n = run(case, plan)
             print(row(case, name, n, spent, grid_s, result, reference))
         print(f"{'':<14} (wall time for this case: {time.perf_counter() - started:.1f} s)")

@@ -95,7 +95,7 @@ def is_flat(lower: Point, upper: Point, plateau_gain: float) -> bool:
 # at the upper level had not yet got a first token.
 CAPPED_DECODING_GROWTH = 0.02
 # A time-averaged batch moves by about a tenth of a request from window to window: a cap of 4 read 3.7 in one
-# window and 3.8 in the next, 2.7 % apart. A doubling that admits more requests adds at least half as many.
+# window and 3.8 in the next, 2.7 % apart. A doubling that admits more requests adds at least half a request.
 DECODING_JITTER = 0.15
 SMALL_BATCH_GROWTH = 0.05
 CAPPED_WAITING_SHARE = 1 / 3

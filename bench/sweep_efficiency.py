@@ -12,9 +12,9 @@ side by side:
 * the seeds' way: a fixed grid in burst mode at 1, 256, 512, 768, 1024, 2048 (the cost reference);
 * the adaptive sweep with warm levels (``--warm-levels``, ``--goal verdict``), the same with cold levels
   (``plateau sweep``'s default), and in burst mode, each with levels of up to 600 s (``--max-level-time
-  10m``; the default minute cuts Run B's levels short: its requests take 40 s and more at the cap), and the
-  adaptive sweep warm and cold again with the default minute (``cold, 1 min levels`` is ``plateau sweep``
-  with every default).
+  10m``), and the adaptive sweep warm and cold again with the default ``--max-level-time auto`` (a minute,
+  stretched up to ten for a level with no steady window by then: Run B's requests take 40 s and more at
+  its cap; ``cold, auto levels`` is ``plateau sweep`` with every default).
 
 Benchmark-seconds are seconds of load against the server (virtual time here: what the same sweep
 would cost on the real deployment the preset models); "to verdict" is the benchmark-seconds until the
@@ -43,7 +43,7 @@ from plateau_bench.sim.runner import VirtualLevelRunner
 from plateau_bench.sim.warm import WarmDriver
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.sweep.loop import run_plan
-from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
+from plateau_bench.sweep.plan import AUTO_LEVEL_S, AUTO_STRETCH_S, ConcurrencyPlan, SweepLimits
 
 # case -> (preset, input tokens, output tokens, the truth's time scale: its requests' cycle against the others')
 CASES = {"seed-a-tp8ep": ("seed-a-tp8ep", 128, 512, 1), "seed-b-fp4": ("seed-b-fp4", 128, 128, 4),
@@ -59,7 +59,6 @@ TRUTH_STAGGER_S = 300.0
 TRUTH_FROM_S = 600.0
 TRUTH_TO_S = 1500.0
 COLD_TRUTH_S = 900.0       # seconds per cold-started dense level
-DEFAULT_LEVEL_S = 60.0     # plateau sweep's --max-level-time: the last two rows run the adaptive sweep with it
 
 
 def dense_grid(top: int = 4096) -> tuple[int, ...]:
@@ -106,8 +105,9 @@ def cold_truth_plan() -> ConcurrencyPlan:
                            limits=SweepLimits(min_level_s=COLD_TRUTH_S, max_level_s=COLD_TRUTH_S, warm=False))
 
 
-def adaptive(warm: bool, max_level_s: float = 600.0) -> ConcurrencyPlan:
-    return ConcurrencyPlan(mode="steady", limits=SweepLimits(max_level_s=max_level_s, warm=warm))
+def adaptive(warm: bool, max_level_s: float = 600.0, stretch_s: float | None = None) -> ConcurrencyPlan:
+    return ConcurrencyPlan(mode="steady", limits=SweepLimits(max_level_s=max_level_s, warm=warm,
+                                                             level_stretch_s=stretch_s))
 
 
 def verdict(result: ResultFile) -> str:
@@ -150,8 +150,8 @@ def main() -> None:
         print(row(case, "fixed grid, burst", n, grid_s, grid_s, grid, reference))
         for name, plan in (("adaptive, warm", adaptive(True)), ("adaptive, cold", adaptive(False)),
                            ("adaptive, burst", ConcurrencyPlan(mode="burst")),
-                           ("warm, 1 min levels", adaptive(True, DEFAULT_LEVEL_S)),
-                           ("cold, 1 min levels", adaptive(False, DEFAULT_LEVEL_S))):
+                           ("warm, auto levels", adaptive(True, AUTO_LEVEL_S, AUTO_STRETCH_S)),
+                           ("cold, auto levels", adaptive(False, AUTO_LEVEL_S, AUTO_STRETCH_S))):
             spent, result, n = run(case, plan)
             print(row(case, name, n, spent, grid_s, result, reference))
         print(f"{'':<14} (wall time for this case: {time.perf_counter() - started:.1f} s)")

@@ -96,6 +96,11 @@ class StopRule(Protocol):
     @property
     def max_s(self) -> float: ...
 
+    @property
+    def bound_s(self) -> float:
+        """The hard limit: ``max_s``, or later for a level that may stretch (``--max-level-time auto``)."""
+        ...
+
     def warm_check(self, streams: Sequence[RequestRecord], *, level_start_ns: int, settled_ns: int | None,
                    now_ns: int, workers: int, min_window_s: float, cycle_s: float = 0.0) -> WarmCheck:
         """Whether a warm level may end now, and over which window (``analysis.warm``): ``streams`` are the

@@ -201,6 +201,7 @@ class SweepSettings(msgspec.Struct, frozen=True, kw_only=True):
     warmup: int = 0
     drain: bool = True                        # False (--no-drain): in flight at a precise stop cancelled
     warm: bool = False                        # steady levels measured warm (--warm-levels)
+    level_stretch_s: float | None = None      # --max-level-time auto: a level may stretch up to this
     slo: list[str] = msgspec.field(default_factory=list)
     budget_s: float | None = None
     max_error_rate: float = 0.2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from plateau_bench.analysis.convergence import PrecisionRule, Progress
 from plateau_bench.records import RequestRecord
 from plateau_bench.units import NS
@@ -78,8 +80,9 @@ def test_the_replay_index_reads_what_the_finished_records_give_at_every_check() 
         pending = [r.sent_ns for r in by_end[n:] if r.sent_ns <= t]
         complete = min(pending) if pending else int(t)
         fast, slow = index.after(n), Progress.of(by_end[:n])
-        assert (fast.finished, fast.workers_started, fast.steady_start_ns, fast.ttft_max_ns) == (
-            slow.finished, slow.workers_started, slow.steady_start_ns, slow.ttft_max_ns)
+        assert (fast.finished, fast.workers_started, fast.steady_start_ns, fast.ttft_max_ns, fast.last_ok_end_ns) == (
+            slow.finished, slow.workers_started, slow.steady_start_ns, slow.ttft_max_ns, slow.last_ok_end_ns)
+        assert fast.mean_ok_s == pytest.approx(slow.mean_ok_s)
         a = rule._estimate(fast, 48, complete, 1.0)
         b = rule._estimate(slow, 48, complete, 1.0)
         assert a == b
@@ -124,3 +127,31 @@ def test_only_a_stop_on_the_interval_may_cancel_the_requests_in_flight() -> None
     assert capped is not None and capped[0] >= 30.0 and not capped[1]
     assert not loose.may_cancel_in_flight(None, 10.0) and not loose.may_cancel_in_flight(0.95, 10.0)
     assert loose.may_cancel_in_flight(0.5, 10.0) and not loose.may_cancel_in_flight(0.5, 600.0)
+
+
+def _done_at(rule: PrecisionRule, records: list[RequestRecord], t: float) -> bool:
+    """The rule at ``t`` s into a level: the requests finished by then, the window complete up to the oldest
+    one still in flight."""
+    finished = [r for r in records if r.end_ns <= t * NS]
+    pending = [r.sent_ns for r in records if r.end_ns > t * NS and r.sent_ns <= t * NS]
+    return rule.done(finished, elapsed_s=t, workers=WORKERS, complete_until_ns=min(pending) if pending else int(t * NS))
+
+
+def test_auto_level_time_stretches_a_level_with_no_estimate_while_its_server_answers() -> None:
+    # Lock step with a 61 s cycle: nothing ends in the first minute; the estimate needs two turnovers.
+    records = lockstep(8, prefill_s=1.0, decode_s=60.0)
+    assert _done_at(PrecisionRule(precision=0.02, min_s=5.0, max_s=60.0), records, 60.0), "a hard minute"
+    rule = PrecisionRule(precision=0.02, min_s=5.0, max_s=60.0, stretch_s=600.0, expect_cycle_s=50.0)
+    assert not _done_at(rule, records, 60.0), "nothing ended yet, but within 1.5 expected cycles"
+    assert not _done_at(rule, records, 110.0), "one wave ended 49 s ago: within 1.5 measured cycles"
+    first = next(t for t in range(61, 601) if _done_at(rule, records, float(t)))
+    finished = [r for r in records if r.end_ns <= first * NS]
+    until = max(r.end_ns for r in finished)
+    assert first < 600 and rule.ci_rel(finished, workers=WORKERS, complete_until_ns=until) is not None, \
+        "it ends once it has an estimate, long before the bound"
+    # No prediction and nothing ended in the minute: a server that does not answer is not held.
+    assert _done_at(PrecisionRule(precision=0.02, min_s=5.0, max_s=60.0, stretch_s=600.0), records, 60.0)
+    # A server that answered one wave, then fell silent for longer than 1.5 cycles, is not held either.
+    one_wave = lockstep(1, prefill_s=1.0, decode_s=60.0)
+    assert not _done_at(rule, one_wave, 100.0) and _done_at(rule, one_wave, 160.0)
+    assert rule.bound_s == 600.0 and PrecisionRule(max_s=60.0).bound_s == 60.0

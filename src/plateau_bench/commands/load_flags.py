@@ -120,11 +120,11 @@ class StopRuleFlags(OptionGroup, frozen=True, kw_only=True):
                                                 rich_help_panel=SEARCH)] = "auto"
     warmup: Warmup = 0
     drain: Drain = True
-    warm_levels: Annotated[bool, typer.Option("--warm-levels/--cold-levels", help="--warm-levels: keep the server "
-                                              "loaded between steady levels (joins spread over a request cycle, "
-                                              "windows counted by token arrival, one drain at the end). Default "
+    warm_levels: Annotated[bool, typer.Option("--warm-levels/--cold-levels", help="Default --warm-levels: keep the "
+                                              "server loaded between steady levels (joins spread over a request "
+                                              "cycle, windows counted by token arrival, one drain at the end). "
                                               "--cold-levels: every steady level starts from an idle server and "
-                                              "drains.", rich_help_panel=SEARCH)] = False
+                                              "drains.", rich_help_panel=SEARCH)] = True
     slo: SloFlag = None
     budget: Annotated[str | None, typer.Option("--budget", help="Stop a sweep before it spends more, e.g. 10m.",
                                                rich_help_panel=SEARCH)] = None

@@ -126,6 +126,10 @@ def test_auto_level_time_stretches_a_level_whose_window_is_too_short_while_token
     assert not stretched.done
     assert check(data, 60.0, settled_ns=int(55 * S), min_s=20.0).done, "without a stretch: the minute ends it"
     assert check(data, 80.0, settled_ns=int(55 * S), min_s=20.0, bound_s=600.0).done   # a long enough window
+    # With a 10 s request cycle, the stretched window must hold three of them (the noise-free data is
+    # precise at once, so a loose precision leaves the decision to the window's length).
+    cycles = {"settled_ns": int(55 * S), "min_s": 20.0, "bound_s": 600.0, "cycle_s": 10.0, "precision": 1e-9}
+    assert not check(data, 80.0, **cycles).done and check(data, 92.0, **cycles).done
     # Not settled yet: it waits while tokens arrive, until the bound.
     assert not check(data, 61.0, settled_ns=None, bound_s=600.0).done
     assert check(data, 600.0, settled_ns=None, bound_s=600.0).done

@@ -171,8 +171,8 @@ def test_adaptive_resume_after_a_crash_continues_instead_of_stopping() -> None:
 
 def test_auto_level_time_gives_run_b_levels_their_cycles_where_a_hard_minute_reads_one_decode_phase() -> None:
     # Run B's engine at its cap: a 61 s request cycle, so nothing ends within a minute. A hard minute reads
-    # the first wave's decode phase (+50 % over a ten-minute level); the stretched level ends once it has
-    # an estimate (two turnovers), with the ten-minute level's figure, in well under its time.
+    # the first wave's decode phase (+50 % over a ten-minute level); the stretched level goes on until it is
+    # precise or its window holds three cycles, and reads the ten-minute level's figure, in no more time.
     def levels(limits: SweepLimits) -> list[LevelResult]:
         runner = VirtualLevelRunner(get_preset("seed-b-fp4"), WorkloadSpec(input_len=128, output_len=128))
         plan = ConcurrencyPlan(mode="steady", concurrencies=(512, 1024), limits=limits)
@@ -182,4 +182,4 @@ def test_auto_level_time_gives_run_b_levels_their_cycles_where_a_hard_minute_rea
     long = levels(SweepLimits(max_level_s=600.0))
     assert hard[1].output_throughput > 1.4 * long[1].output_throughput
     assert auto[1].output_throughput == pytest.approx(long[1].output_throughput, rel=0.02)
-    assert 60.0 < (auto[1].benchmark_s or 0.0) < (long[1].benchmark_s or 0.0)
+    assert 60.0 < (auto[1].benchmark_s or 0.0) <= (long[1].benchmark_s or 0.0) < 600.0

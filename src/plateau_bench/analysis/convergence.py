@@ -17,8 +17,11 @@ goes on past ``max_s``, up to ``stretch_s``, while it has no estimate yet and th
 serving: a request ended successfully (or, before any did, the level started) within the last
 ``STRETCH_ALIVE`` of ``max_s`` or ``STRETCH_CYCLES`` request cycles, whichever is longer. The cycle is the
 mean time of the requests finished so far, or before any finished, ``expect_cycle_s`` (the sweep's
-prediction from the level below: requests that start in lock step end in waves a cycle apart). A level
-with an estimate at ``max_s`` stops there as before, and one whose server has stopped answering is not held.
+prediction from the level below: requests that start in lock step end in waves a cycle apart). It ends
+as any level does once precise, and otherwise once its window holds ``STRETCH_WINDOW_CYCLES`` cycles (the
+unit a long-cycle level's time is counted in, as a minute holds many short cycles; three whole waves settle
+a lock-step level). A level whose window already holds them at ``max_s`` stops there as before, and one
+whose server has stopped answering is not held.
 
 A closed loop starts synchronised (every worker sends at once), and the first wave of requests can
 look steady while it is not: the mix of prefills and decodes only settles once requests turn over.
@@ -63,6 +66,7 @@ from plateau_bench.units import NS
 
 STRETCH_ALIVE = 0.5    # a stretching level's server ended a request within this share of max_s ...
 STRETCH_CYCLES = 1.5   # ... or of this many request cycles
+STRETCH_WINDOW_CYCLES = 3.0   # a stretching level with a window ends once it holds this many cycles
 
 
 @dataclass(frozen=True)
@@ -261,10 +265,18 @@ class PrecisionRule:
     def _done(self, progress: Progress, elapsed_s: float, workers: int, complete_until_ns: int) -> bool:
         if elapsed_s >= self.bound_s:
             return True
-        ci = self._ci_rel(progress, workers, complete_until_ns)
-        if elapsed_s >= self.max_s and (ci is not None or not self._serving(progress, elapsed_s)):
+        e = self._estimate(progress, workers, complete_until_ns, self.min_turnover)
+        if elapsed_s >= self.max_s and not self._stretches(progress, elapsed_s, e):
             return True
-        return (ci is not None and ci <= self.precision) or self._clearly_above(progress, workers, complete_until_ns)
+        return (e is not None and e.ci_rel <= self.precision) or self._clearly_above(progress, workers,
+                                                                                     complete_until_ns)
+
+    def _stretches(self, progress: Progress, elapsed_s: float, e: _Estimate | None) -> bool:
+        """Whether a level past ``max_s`` goes on: it may stretch, its server answers, and its window (if it
+        has one) holds fewer than ``STRETCH_WINDOW_CYCLES`` request cycles (docstring)."""
+        if not self._serving(progress, elapsed_s):
+            return False
+        return e is None or e.window_s < STRETCH_WINDOW_CYCLES * progress.mean_ok_s
 
     def _serving(self, progress: Progress, elapsed_s: float) -> bool:
         """Whether a level past ``max_s`` may stretch: allowed to, and a request ended well lately (docstring)."""

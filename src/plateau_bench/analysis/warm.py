@@ -29,8 +29,9 @@ steps, opened just before the limit, read one level at twice its rate with a 137
 
 Stretching (``bound_s`` above ``max_s``, ``--max-level-time auto``): a level whose window has not reached
 ``min_s`` by ``max_s`` (joins spread over a request cycle longer than the level, as on Run B's engine at
-its cap) goes on while tokens keep arriving (one within the last ``STRETCH_ALIVE`` of ``max_s``), until its
-window is long enough or ``bound_s``; it then ends as above.
+its cap) goes on while tokens keep arriving (one within the last ``STRETCH_ALIVE`` of ``max_s``), until it is
+precise or its window holds ``min_s`` and ``STRETCH_WINDOW_CYCLES`` request cycles, or ``bound_s``; it then
+ends as above.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from plateau_bench.analysis.convergence import STRETCH_ALIVE
+from plateau_bench.analysis.convergence import STRETCH_ALIVE, STRETCH_WINDOW_CYCLES
 from plateau_bench.analysis.metrics import (
     Window,
     counts_between,
@@ -134,7 +135,8 @@ def warm_check(times: FloatArray, cumulative: FloatArray, first_tokens: npt.NDAr
         return WarmCheck(window_ns=None, tok_s=None, ci_rel=None, done=hard or (elapsed_s >= max_s and not stretching))
     start = mser_start(times, cumulative, settled_ns, now_ns)
     window = Window(start, now_ns)
-    timed_out = hard or (elapsed_s >= max_s and (window.length_s >= min_s or not stretching))
+    long_enough = window.length_s >= max(min_s, STRETCH_WINDOW_CYCLES * cycle_s if stretching else 0.0)
+    timed_out = hard or (elapsed_s >= max_s and (long_enough or not stretching))
     whole_level = timed_out and window.length_s < min_s
     if whole_level:   # a window of a few steps could read anything: the whole level, the change included
         window = Window(level_start_ns, now_ns)

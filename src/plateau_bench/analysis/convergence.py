@@ -143,9 +143,8 @@ class ReplayIndex:
             return Progress(0, 0, 0.0, 0, 0, 0, self._times[:0], self._cumulative[:1], self._first_tokens[:0])
         i = n_done - 1
         return Progress(int(self._finished[i]), int(self._last_ok_end[i]), float(self._mean_ok[i]),
-                        int(self._started[i]),
-                        int(self._start_ns[i]),
-                        int(self._ttft_max[i]), self._times, self._cumulative, self._first_tokens)
+                        int(self._started[i]), int(self._start_ns[i]), int(self._ttft_max[i]), self._times,
+                        self._cumulative, self._first_tokens)
 
 
 @dataclass(frozen=True)
@@ -279,7 +278,8 @@ class PrecisionRule:
         return e is None or e.window_s < STRETCH_WINDOW_CYCLES * progress.mean_ok_s
 
     def _serving(self, progress: Progress, elapsed_s: float) -> bool:
-        """Whether a level past ``max_s`` may stretch: allowed to, and a request ended well lately (docstring)."""
+        """Whether a level past ``max_s`` may stretch: allowed to, and a request ended well lately (docstring);
+        before any ended, the level's start counts as the last sign of life."""
         if self.stretch_s is None:
             return False
         cycle_s = progress.mean_ok_s or self.expect_cycle_s

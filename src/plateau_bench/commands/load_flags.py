@@ -141,7 +141,6 @@ class StopRuleFlags(OptionGroup, frozen=True, kw_only=True):
                            max_error_rate=self.max_error_rate, repeat=repeat, burstiness=burstiness,
                            drain=self.drain, warm=self.warm_levels)
 
-
     def _max_level_s(self) -> float:
         return AUTO_LEVEL_S if self._auto() else parse_duration(self.max_level_time, "--max-level-time")
 
@@ -150,7 +149,6 @@ class StopRuleFlags(OptionGroup, frozen=True, kw_only=True):
 
     def _auto(self) -> bool:
         return self.max_level_time.strip().lower() == "auto"
-
 
 
 ONE_LEVEL, SEARCH_DEFAULTS, STOP_DEFAULTS = LevelFlags(), SearchFlags(), StopRuleFlags()

@@ -22,6 +22,7 @@ class LevelProgress:
     started: float = field(default_factory=time.monotonic)
     total_requests: int | None = None
     max_seconds: float | None = None
+    stretch_seconds: float | None = None   # --max-level-time auto: how far past max_seconds it may go
     done: int = 0
     failed: int = 0
     hung: int = 0

@@ -32,7 +32,10 @@ def measure(job: Job, output: o.OutputFlags, *, stopped: str) -> JobOutcome:
     """``run_job`` with the live view; a second interrupt ends the command here with exit 130 or 143 and
     ``stopped``'s line ("...; finished levels are saved in DIR")."""
     try:
-        return run_async(run_job(job, LiveView(enabled=output.live, est_levels=job.plan.planned_levels())))
+        limits = job.plan.limits
+        level_s = limits.max_level_s if limits.level_stretch_s is not None else None
+        return run_async(run_job(job, LiveView(enabled=output.live, est_levels=job.plan.planned_levels(),
+                                               level_s=level_s)))
     except KeyboardInterrupt:
         out = job.out_dir
         if out is not None and ((out / "result.json").exists() or (out / "requests.jsonl").exists()):

@@ -23,13 +23,14 @@ class LiveView:
     """Rich live display driven by a sweep (implements the sweep observer protocol)."""
 
     def __init__(self, console: Console | None = None, *, enabled: bool = True,
-                 est_levels: int = 12) -> None:
+                 est_levels: int = 12, level_s: float | None = None) -> None:
         self.console = console or Console(stderr=True)
         self.enabled = enabled and self.console.is_terminal
         self.progress = LevelProgress()
         self.levels: list[LevelResult] = []
         self._durations: list[float] = []
         self._est_levels = est_levels
+        self._level_s = level_s               # --max-level-time auto: the minute a level may stretch past
         self._live: Live | None = None
         self.verdict: str | None = None       # the verdict as it stands after the levels so far
         self.waiting_for: str = ""            # why the sweep goes on
@@ -48,8 +49,10 @@ class LiveView:
 
     # sweep observer protocol
     def level_started(self, level: LevelSpec, phase: str) -> None:
-        self.progress = LevelProgress(label=level.label, phase=phase,
-                                      total_requests=level.total_requests(), max_seconds=level.duration_s)
+        bound = level.duration_s
+        soft = self._level_s if level.mode == "steady" and bound and self._level_s and bound > self._level_s else None
+        self.progress = LevelProgress(label=level.label, phase=phase, total_requests=level.total_requests(),
+                                      max_seconds=soft or bound, stretch_seconds=bound if soft else None)
 
     def sweep_status(self, verdict: str | None, waiting_for: str) -> None:
         """The verdict as it stands and what the sweep still waits for (the loop's status hook)."""
@@ -72,6 +75,8 @@ class LiveView:
         line.append(f"| {elapsed:5.1f}s")
         if p.max_seconds:
             line.append(f"/{p.max_seconds:.0f}s max")
+        if p.stretch_seconds:
+            line.append(f" (up to {p.stretch_seconds:.0f}s for long requests)")
         line.append(f" | in flight {p.in_flight} | {p.tok_per_s():,.0f} tok/s (ok requests) | failed {p.failed}")
         if p.hung:
             line.append(f" (hung {p.hung})", style="red")

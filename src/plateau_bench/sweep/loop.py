@@ -39,6 +39,7 @@ from plateau_bench.spec import LevelSpec
 from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchPlan, SweepLimits
 from plateau_bench.sweep.warm_end import WarmLast, end_warm, time_to_verdict, verdict_now
 from plateau_bench.units import NS
+from plateau_bench.workload.warm_joins import predict_cycle
 
 
 @dataclass
@@ -274,16 +275,11 @@ def _decision_rule(ctx: _Context, spec: LevelSpec, phase: str) -> StopRule | Non
 
 def _expected_cycle_s(spec: LevelSpec, levels: Sequence[LevelResult]) -> float:
     """The request cycle expected at a closed-loop level, for a level that may stretch
-    (``analysis.convergence``): the median request time of the nearest level at or below its concurrency,
-    times the ratio of the two (a step takes at most proportionally longer with a larger batch, and a
-    queue above a cap grows with the excess); 0 when none was measured."""
-    c = spec.concurrency or 0
-    below = [lv for lv in levels if lv.mode == "steady" and lv.concurrency and lv.concurrency <= c
-             and lv.e2e_ms.p50 and not damaged(lv)]
-    if not below:
-        return 0.0
-    nearest = max(below, key=lambda lv: lv.concurrency or 0)
-    return (nearest.e2e_ms.p50 or 0.0) / 1000 * c / (nearest.concurrency or 1)
+    (``analysis.convergence``): ``predict_cycle`` (the warm load's prediction) from the median request
+    times of the steady levels measured so far; 0 when none was."""
+    measured = [(lv.concurrency, lv.e2e_ms.p50 / 1000) for lv in levels
+                if lv.mode == "steady" and lv.concurrency and lv.e2e_ms.p50 and not damaged(lv)]
+    return predict_cycle(measured, spec.concurrency or 1)
 
 
 async def _run_one(ctx: _Context, spec: LevelSpec, label: str, attempt: int, repeat: int,

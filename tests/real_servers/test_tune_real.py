@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import pytest
 
+from plateau_bench.answers import Prediction
 from plateau_bench.sweep.tune import TuneResult
 
 from support import real_servers
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from conftest import PlateauCli
 
 pytestmark = pytest.mark.real_server
+CTX_TOKENS = 8192   # llama-server -c: the KV cache, shared by the slots
 
 
 def _serve_template() -> str:
@@ -36,7 +38,7 @@ def _serve_template() -> str:
     pin = f"taskset -c {','.join(map(str, cores))} " if shutil.which("taskset") and hasattr(os, "sched_setaffinity") \
         else ""
     return (f"{pin}{binary} -m {gguf} -a {real_servers.SERVED_MODEL_NAME} --host 127.0.0.1 --port {{port}} "
-            "--parallel {parallel} -c 8192 -t 1 -tb 1 --metrics --slots --no-webui")
+            f"--parallel {{parallel}} -c {CTX_TOKENS} -t 1 -tb 1 --metrics --slots --no-webui")
 
 
 @pytest.mark.timeout(1500)   # four llama.cpp servers, each swept (~4 min on two cores)
@@ -61,3 +63,28 @@ def test_tune_recommends_the_brute_force_best_for_fewer_restarts(tmp_path: Path,
         [1, *range(1, len(tuned))], table
     assert all(t.predicted_from[0] == {"parallel": 4} for t in done.trials), table
     assert (tmp_path / "run-parallel-16.server.log").stat().st_size > 0
+    _two_caps_predict_a_third(plateau_cli, tmp_path, done)
+
+
+def _two_caps_predict_a_third(cli: PlateauCli, tune_dir: Path, done: TuneResult) -> None:
+    """The grid's own sweeps at ``--parallel 2`` and ``4`` calibrate a twin (two caps: the per-slot cost is
+    identifiable) that predicts ``--parallel 8``, measured by the same grid. Held: within 15 %, or the
+    prediction's held-out band holds the measurement (the band is then what says why not). The KV cache is
+    given as a user gives it (the server's ``-c``): llama.cpp's /metrics does not state it, and the client's
+    lower bound (the most tokens seen in use at caps 2 and 4) would hold the twin's batch below 8."""
+    model = tune_dir / "model-2-4.json"
+    code, output = cli.invoke("calibrate", str(tune_dir / "run-parallel-2"), str(tune_dir / "run-parallel-4"),
+                              "--out", str(model))
+    assert code == 0, output
+    code, output = cli.invoke("predict", str(model), "--max-num-seqs", "8", "--kv-tokens", str(CTX_TOKENS), "--json")
+    assert code == 0, output
+    predicted = msgspec.json.decode(output, type=Prediction)
+    assert predicted.plateau is not None, output
+    measured = next(t.measured_tok_s for t in done.trials if t.setting == {"parallel": 8})
+    assert measured, done.trials
+    error = predicted.plateau.throughput / measured - 1
+    low, high = predicted.held_out_low, predicted.held_out_high
+    print(f"\nllama.cpp parallel 2+4 -> 8: predicted {predicted.plateau.throughput:,.0f} tok/s (held-out band "
+          f"{low} to {high}), measured {measured:,.0f}: {error:+.1%}\n{predicted.model}")
+    held = low is not None and high is not None and low <= measured <= high
+    assert abs(error) <= 0.15 or held, (predicted.plateau.throughput, low, high, measured)

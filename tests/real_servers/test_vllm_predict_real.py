@@ -1,12 +1,11 @@
-"""A twin calibrated on one real vLLM-CPU setting predicts another: swept at ``--max-num-seqs 4`` (the session's
-server), it predicts the plateau at 8, then measured on a server started with that cap.
+"""A twin calibrated on one real vLLM-CPU setting predicts others: swept at ``--max-num-seqs 4`` (the session's
+server), it predicts the plateaus at 8 and 16, each then measured on a server started with that cap.
 
-What is held: the prediction is within 15 % of the measurement, or its held-out band (the calibration's worst
+What is held: each prediction is within 15 % of the measurement, or its held-out band (the calibration's worst
 leave-one-level-out error) holds the measurement, which is then what says why not. Both figures are printed.
-What is not: four times the cap. On the two-core reference machine the server at ``--max-num-seqs 16`` shares
-one core between its API server and its engine at up to 64 streams, and the same setting measured 3,217 and
-2,527 tok/s in two runs (27 % apart, the prediction 3,006 and 3,262): no prediction can be held to 15 % of
-a figure that moves more than that.
+On the two-core reference machine, with warm levels, three runs read +12.9 %, -1.4 % and +9.5 % at 8 and
++2.0 %, -10.0 % and -6.5 % at 16 (the server at 16 shares one core between its API server and its engine at
+up to 64 streams; with cold levels the same setting once measured 3,217 and 2,527 tok/s in two runs).
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ pytestmark = pytest.mark.real_server
 
 SWEEP = ["--input-len", "32", "--output-len", "64", "--min-level-time", "3s", "--max-level-time", "12s"]
 CALIBRATED_CAP = 4   # the session server's --max-num-seqs (conftest)
-PREDICTED_CAPS = (8,)
+PREDICTED_CAPS = (8, 16)
 
 
 def _sweep(cli: PlateauCli, server: ServerHandle, out: Path, cap: int) -> float:
@@ -51,8 +50,8 @@ def _measured_at(cli: PlateauCli, out: Path, cap: int) -> float:
         handle.stop()
 
 
-@pytest.mark.timeout(900)   # one more vLLM start-up (~30-130 s) and two sweeps
-def test_one_calibrated_cap_predicts_twice_it(plateau_cli: PlateauCli, vllm_server: ServerHandle,
+@pytest.mark.timeout(1200)   # two more vLLM start-ups (~30-130 s each) and three sweeps
+def test_one_calibrated_cap_predicts_twice_and_four_times_it(plateau_cli: PlateauCli, vllm_server: ServerHandle,
                                               tmp_path: Path) -> None:
     _sweep(plateau_cli, vllm_server, tmp_path / "cap-4", CALIBRATED_CAP)
     model = tmp_path / "model.json"

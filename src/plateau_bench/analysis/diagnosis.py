@@ -49,6 +49,7 @@ from plateau_bench.analysis.diagnosis_common import (
     ENGINE_FLAGS,
     GENERIC_CAP,
     GENERIC_KV,
+    GENERIC_PREFILL,
     Sweep,
     by_concurrency,
     conc,
@@ -73,6 +74,8 @@ __all__ = ["ENGINE_FLAGS", "STALL_MS", "diagnose"]
 
 PREFILL_FIRST = 0.7    # client alone: prefill above this share explains a pinned peak and stalls
 PREFILL_UNSURE = 0.35  # prefill above this share: a token budget may hold the running count, not a cap
+PROMPT_TOKENS_UNSURE = 2 / 3   # prompts this share of a step's tokens: the same, counted in tokens ...
+SMALLEST_BUDGET = 512          # ... in steps this large at least (llama.cpp's -ub; vLLM and SGLang default higher)
 WHAT_IF_RANGE = 0.25   # client alone: the largest gain a cap what-if states as one number
 STILL_GROWING = 0.10   # a last doubling gaining this much leaves the plateau unsure
 
@@ -82,10 +85,33 @@ def _try_cap(s: Sweep, sign: CapSign) -> str:
     return flags["cap"].format(n=2 * sign.cap) if flags else GENERIC_CAP.format(n=2 * sign.cap)
 
 
+def _budget_step_tokens(s: Sweep, sign: CapSign) -> float | None:
+    """The tokens a step carries at the cap, when prompts are most of them (None otherwise).
+
+    A step's token budget (vLLM ``--max-num-batched-tokens``) counts prompt and decode tokens alike. Where
+    prompts are most of a step's tokens, a budget they fill admits a steady number of requests per step, and
+    the running count settles at exactly the figure a cap of that size would give: N decodes plus the
+    prompts of the N / output requests that end per step. Cheap as prompt tokens may be in time (the
+    prefill share), it is their count that fills the budget. Steps smaller than any engine's default budget
+    (``SMALLEST_BUDGET``) are not taken for one.
+    """
+    prompt, output = mean_lengths(s.top[-1])
+    if sign.stated or prompt + output <= 0 or prompt / (prompt + output) < PROMPT_TOKENS_UNSURE:
+        return None
+    tokens = sign.cap * (1 + prompt / max(output, 1.0))
+    return tokens if tokens >= SMALLEST_BUDGET else None
+
+
 def _cap_verdict(s: Sweep, sign: CapSign, kv: KvSign, confidence: Confidence, *, kv_unsure: bool = False) -> Verdict:
     """The cap as the primary limit; ``kv_unsure``: client alone, with signs that the KV cache may hold it."""
     v = Verdict("admission_cap", f"admission cap at {sign.cap} running requests", confidence, sign.evidence(s),
                 estimated_cap=sign.cap)
+    step_tokens = _budget_step_tokens(s, sign)
+    if step_tokens is not None:
+        budget = flag(s.engine, "prefill") or GENERIC_PREFILL
+        v.to_separate.append(f"the server's configured cap against its token budget ({budget}): steps of "
+                             f"~{step_tokens:,.0f} tokens, mostly prompts, would hold the running count at "
+                             f"{sign.cap} just as a cap does; if its cap is above {sign.cap}, the budget binds")
     what = cap_what_if(s, sign)
     if kv.full or kv_unsure:
         v.secondary = "kv_capacity"
@@ -171,7 +197,7 @@ def _cap_confidence(s: Sweep, sign: CapSign, *, client: bool) -> Confidence:
     fill = 0.85 if client else 0.8
     clear = sign.server_agrees or sign.stated or (len(sign.pinned) >= 2 and sign.tpot_flat and sign.fill >= fill
                                                   and (not client or output >= prompt))
-    if s.prefill_share >= PREFILL_UNSURE and not sign.stated:
+    if (s.prefill_share >= PREFILL_UNSURE and not sign.stated) or _budget_step_tokens(s, sign) is not None:
         clear = False   # a token budget spent on prompts also holds the running count
     return "high" if clear else "medium"
 

@@ -58,7 +58,7 @@ from plateau_bench.analysis.diagnosis_common import (
 )
 from plateau_bench.analysis.diagnosis_compute import PREFILL_BOUND, compute_verdict, prefill_estimate, prefill_verdict
 from plateau_bench.analysis.diagnosis_front_end import front_end_verdict
-from plateau_bench.analysis.diagnosis_kv import KvSign, history_evidence, kv_needed, kv_signature
+from plateau_bench.analysis.diagnosis_kv import KV_FULL_PEAK, KvSign, history_evidence, kv_needed, kv_signature
 from plateau_bench.analysis.diagnosis_kv_room import KvRoom, Lengths
 from plateau_bench.analysis.diagnosis_split import time_split_evidence
 from plateau_bench.analysis.diagnosis_table import summaries_only, summary_verdict
@@ -207,12 +207,28 @@ def _prefill_first(s: Sweep, sign: CapSign | None) -> Verdict | None:
     if s.prefill is None or s.prefill_share < PREFILL_FIRST:
         return None
     v = prefill_verdict(s, s.prefill)
+    held = sign.cap if sign is not None else _held_at_top_only(s)
     if sign is not None:
         v.secondary, v.estimated_cap = "admission_cap", sign.cap
         v.secondary_evidence = sign.evidence(s)
+    if held is not None:
         v.confidence = "medium"
-        v.to_separate.append(f"sweep with shorter prompts: a cap at {sign.cap} stays, a prefill limit moves")
+        v.to_separate.append(f"sweep with shorter prompts: a cap at {held} stays, a prefill limit moves")
     return v
+
+
+def _held_at_top_only(s: Sweep) -> int | None:
+    """The count the widest level held its decoding batch at, when it alone stopped growing (None otherwise).
+
+    A cap needs two levels at or above it to be told (``cap_signature``); a sweep that ended one doubling past
+    it shows one held level, which a cap and a prompt-bound engine's steady state produce alike.
+    """
+    if len(s.levels) < 2:
+        return None
+    below, top = s.levels[-2], s.levels[-1]
+    peak = int(top.telemetry.running_max or top.peak_decoding)
+    grew = below.peak_decoding >= 0.9 * conc(below)
+    return peak if grew and 0 < peak < 0.9 * conc(top) else None
 
 
 def _with_metrics(s: Sweep, sign: CapSign | None, kv: KvSign) -> Verdict | None:
@@ -227,11 +243,18 @@ def _with_metrics(s: Sweep, sign: CapSign | None, kv: KvSign) -> Verdict | None:
             return _kv_verdict(s, kv, sign, "high" if (kv.kv_mean or 0) >= 0.95 and turned_away else "medium")
         return _cap_verdict(s, sign, kv, "medium")
     if kv.full:
-        return _kv_verdict(s, kv, None, "high" if kv.dominant and turned_away else "medium")
+        return _kv_verdict(s, kv, None, "high" if kv.dominant and turned_away and _full_from_start(s) else "medium")
     v = _prefill_first(s, sign)
     if v is None and sign is not None:
         v = _cap_verdict(s, sign, kv, _cap_confidence(s, sign, client=False))
     return v
+
+
+def _full_from_start(s: Sweep) -> bool:
+    """Whether the cache was already full where the plateau began: one that fills only on wider levels, while
+    throughput had stopped growing before it, is not what stopped it (compute, or the step, came first)."""
+    first = s.top[0].telemetry.kv_usage_max
+    return first is None or first >= KV_FULL_PEAK
 
 
 def _client_only(s: Sweep, sign: CapSign | None, kv: KvSign) -> Verdict | None:

@@ -151,9 +151,11 @@ class Prediction(msgspec.Struct, frozen=True, kw_only=True):
     slo_throughput: float | None = None
     band_note: str = ""
     notes: list[str] = msgspec.field(default_factory=list)
-    # The plateau moved by the calibration's worst held-out TPOT error either way (None: no held-out figure).
+    # The plateau moved by the calibration's worst held-out TPOT error either way (None: no held-out figure):
+    # a level's, or a whole sweep's where several were calibrated on and that one is worse.
     held_out_low: float | None = None
     held_out_high: float | None = None
+    held_out_basis: str = "level"      # what was held out for that error: a "level", or a whole "sweep"
     model: str = ""                    # the model the prediction came from: its sources, step time and error
 
 
@@ -186,6 +188,7 @@ class CapacityPlan(msgspec.Struct, frozen=True, kw_only=True):
     # slower (None: no held-out figure, or not within max_replicas).
     replicas_low: int | None = None
     replicas_high: int | None = None
+    held_out_basis: str = "level"      # the band's error: the worst held-out "level", or whole "sweep"
     model: str = ""                    # the model the plan came from: its sources, step time and error
 
 

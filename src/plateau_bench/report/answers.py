@@ -92,7 +92,8 @@ def prediction_view(done: Prediction, workload: WorkloadSpec) -> Group:
         parts.append(Text(f"Predicted plateau ~{done.plateau.throughput:,.0f} tok/s from "
                           f"C={done.plateau.concurrency}{band}"))
         if done.held_out_low is not None and done.held_out_high is not None:
-            parts.append(Text(f"  with every step as far off as the worst level held out of the calibration: "
+            parts.append(Text(f"  with every step as far off as the worst {done.held_out_basis} held out of the "
+                              "calibration: "
                               f"{done.held_out_low:,.0f} to {done.held_out_high:,.0f} tok/s"))
     if done.knee is not None:
         parts.append(Text(f"Predicted knee C~{done.knee.concurrency:,.0f}"))
@@ -137,7 +138,7 @@ def _replica_band(plan: CapacityPlan) -> str:
         return " (no band: the calibration has no held-out error)" if plan.model else ""
     high = f"{plan.replicas_high:,}" if plan.replicas_high is not None else "more than the maximum"
     return (f"; {plan.replicas_low if plan.replicas_low is not None else '-'} to {high} with every step as far off "
-            "as the worst level held out of the calibration")
+            f"as the worst {plan.held_out_basis} held out of the calibration")
 
 
 def _setting(setting: dict[str, int]) -> str:

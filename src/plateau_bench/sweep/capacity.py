@@ -26,7 +26,7 @@ from plateau_bench.records import RequestRecord
 from plateau_bench.result import LevelResult
 from plateau_bench.sim.runner import VirtualLevelRunner
 from plateau_bench.spec import LevelSpec, WorkloadSpec
-from plateau_bench.sweep.predict import Settings, engine_config, held_out_worst, model_line, scaled
+from plateau_bench.sweep.predict import Settings, engine_config, held_out_basis, held_out_worst, model_line, scaled
 from plateau_bench.units import NS
 
 KEEPS_UP = 0.95   # share of the requests that must have a first token
@@ -82,7 +82,8 @@ async def plan_capacity(model: CalibratedModel, workload: WorkloadSpec, rate: fl
         low = await _fewest(scaled(model, 1 - worst), *args, {})
         high = await _fewest(scaled(model, 1 + worst), *args, {})
     plan = _plan(rate, slos, balancer, replicas, trials, gpus_per_replica, gpu_cost_per_hour, workload.output_len)
-    return msgspec.structs.replace(plan, replicas_low=low, replicas_high=high, model=model_line(model))
+    return msgspec.structs.replace(plan, replicas_low=low, replicas_high=high, model=model_line(model),
+                                   held_out_basis=held_out_basis(model))
 
 
 async def _fewest(model: CalibratedModel, workload: WorkloadSpec, settings: Settings, rate: float, balancer: str,

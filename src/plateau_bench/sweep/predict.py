@@ -67,9 +67,26 @@ def scaled(model: CalibratedModel, factor: float) -> CalibratedModel:
 
 
 def held_out_worst(model: CalibratedModel) -> float | None:
-    """The calibration's worst held-out TPOT error as a fraction below 1 (None: none known, or 100 % or more)."""
-    worst = model.cross_validation.worst() if model.cross_validation is not None else None
+    """The calibration's worst held-out TPOT error as a fraction below 1 (None: none known, or 100 % or more):
+    a level's, or a whole sweep's where several were given and that is worse. A prediction is for another
+    setting or another moment, which is what leaving a sweep out tests: two sweeps of one setting minutes
+    apart differ by the server's drift, which no level of either shows."""
+    worst = max(_held_out_errors(model).values(), default=None)
     return worst if worst is not None and worst < 1 else None
+
+
+def held_out_basis(model: CalibratedModel) -> str:
+    """What was held out for ``held_out_worst``: a "level", or a whole "sweep"."""
+    errors = _held_out_errors(model)
+    return max(errors, key=lambda basis: errors[basis]) if errors else "level"
+
+
+def _held_out_errors(model: CalibratedModel) -> dict[str, float]:
+    cv = model.cross_validation
+    if cv is None:
+        return {}
+    errors = {"level": cv.worst_error, "sweep": cv.sweep_worst_error}
+    return {basis: abs(e) for basis, e in errors.items() if e is not None}
 
 
 def _plan(concurrencies: Sequence[int] | None, top: int) -> ConcurrencyPlan:
@@ -133,7 +150,8 @@ async def predict(model: CalibratedModel, workload: WorkloadSpec, settings: Sett
                       slo_throughput=best.output_throughput if best else None, band_note=note,
                       notes=[*_notes(model, settings), *_extrapolation(model, levels, workload),
                              *_cap_reach(model, config.max_num_seqs)],
-                      held_out_low=held_out[0], held_out_high=held_out[1], model=model_line(model))
+                      held_out_low=held_out[0], held_out_high=held_out[1],
+                      held_out_basis=held_out_basis(model), model=model_line(model))
 
 
 async def _standard_error_band(model: CalibratedModel, settings: Settings, workload: WorkloadSpec,

@@ -5,7 +5,7 @@ Poisson arrivals at the target rate in virtual time; the SLO is checked on the l
 percentiles exactly as on a measured level. More replicas never make latency worse under either
 balancer, so the search doubles N until the SLO holds, then bisects between the last failing and
 the first meeting count. The band is the same search with every step as far off as the calibration's
-worst held-out level (``predict.held_out_worst``), faster and slower. A replica count meets the SLO only
+worst held-out level or sweep (``predict.held_out_worst``), faster and slower. A replica count meets the SLO only
 when it also keeps up: no backlog growing over the arrivals (``_keeps_up``), which a longer run would turn
 into a violation.
 """

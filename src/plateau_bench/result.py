@@ -276,6 +276,14 @@ class LevelResult(msgspec.Struct, kw_only=True):
     unmeasured: list[str] = msgspec.field(default_factory=list)
 
 
+INTERRUPT_NOTE = "ended by Ctrl-C at "   # how a level's note begins where a first Ctrl-C ended it
+
+
+def ended_by_interrupt(level: LevelResult) -> bool:
+    """Whether a first Ctrl-C ended ``level`` early (its figures cover what it ran until then)."""
+    return any(n.startswith(INTERRUPT_NOTE) for n in level.notes)
+
+
 class Plateau(msgspec.Struct, frozen=True):
     throughput: float
     concurrency: int               # first level on the plateau

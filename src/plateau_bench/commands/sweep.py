@@ -17,7 +17,7 @@ from plateau_bench.commands.groups import grouped
 from plateau_bench.commands.load_flags import SEARCH_DEFAULTS, STOP_DEFAULTS, SearchFlags, StopRuleFlags
 from plateau_bench.commands.measuring import build_job, measure
 from plateau_bench.report.terminal import sweep_report
-from plateau_bench.result import ResultFile
+from plateau_bench.result import ResultFile, ended_by_interrupt
 from plateau_bench.store import Existing
 from plateau_bench.sweep.build import check_resume, sweep_plan
 from plateau_bench.sweep.job import JobOutcome
@@ -70,11 +70,13 @@ def _render(done: JobOutcome, output: o.OutputFlags) -> None:
 
 def _exit_code(result: ResultFile, out_dir: Path, finished_early: bool) -> int:
     """The sweep's exit status, its last line said on stderr where it ended early."""
-    if finished_early:
-        print(f"plateau: {interrupted_by()}: the sweep stopped after the level it ended early; its levels are "
-              f"saved in {out_dir} (continue with --resume {out_dir})", file=sys.stderr)
-        return interrupted_exit_code()
     last = result.levels[-1] if result.levels else None
+    if finished_early:
+        where = ("the sweep stopped after the level it ended early" if last is not None and ended_by_interrupt(last)
+                 else "the sweep stopped in a level that had not measured a window yet (not kept)")
+        print(f"plateau: {interrupted_by()}: {where}; its levels are saved in {out_dir} (continue with --resume "
+              f"{out_dir})", file=sys.stderr)
+        return interrupted_exit_code()
     if last is not None and last.level_failed and last.dominant_error == "connect":
         print(f"plateau: the target stopped answering during {last.label}; finished levels are saved in "
               f"{out_dir} (continue with --resume {out_dir})", file=sys.stderr)

@@ -43,6 +43,7 @@ from plateau_bench.errors import ErrorClass
 from plateau_bench.level_run import LevelRun, StopRequested, StopRule, WarmEnd
 from plateau_bench.progress import LevelProgress
 from plateau_bench.records import RequestRecord
+from plateau_bench.result import INTERRUPT_NOTE
 from plateau_bench.spec import LevelSpec, TargetSpec
 from plateau_bench.telemetry.gpu import open_nvml
 from plateau_bench.telemetry.scraper import TelemetryScraper
@@ -397,7 +398,7 @@ class _Watch:
 def _ended_early(asked_at_ns: list[int], t0_ns: int, load: PoolOutcome) -> list[str]:
     if not asked_at_ns:
         return []
-    return [f"ended by Ctrl-C at {(asked_at_ns[0] - t0_ns) / 1e9:.1f} s: nothing was sent after it, and the "
+    return [f"{INTERRUPT_NOTE}{(asked_at_ns[0] - t0_ns) / 1e9:.1f} s: nothing was sent after it, and the "
             f"{load.cancelled_at_end + load.cancelled} request(s) then in flight were cancelled (not measured)"]
 
 

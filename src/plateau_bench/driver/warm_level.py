@@ -27,7 +27,7 @@ from plateau_bench.errors import ErrorClass
 from plateau_bench.level_run import GAUGE_SCRAPES, WHOLE_LEVEL_NOTE, LevelRun, StopRequested, StopRule, WarmCheck
 from plateau_bench.progress import LevelProgress
 from plateau_bench.records import RequestRecord
-from plateau_bench.result import WarmLevelInfo
+from plateau_bench.result import INTERRUPT_NOTE, WarmLevelInfo
 from plateau_bench.spec import LevelSpec
 from plateau_bench.units import NS
 from plateau_bench.workload.feed import PromptFeed
@@ -209,7 +209,7 @@ def _notes(closed: _Closed, start: int, level: LevelSpec) -> list[str]:
     """What happened out of the ordinary (how the level went warm is in its ``warm`` record)."""
     notes = []
     if closed.asked_ns is not None:
-        notes.append(f"ended by Ctrl-C at {(closed.asked_ns - start) / NS:.1f} s: its window closes there, nothing "
+        notes.append(f"{INTERRUPT_NOTE}{(closed.asked_ns - start) / NS:.1f} s: its window closes there, nothing "
                      f"was sent after it, and the {len(closed.partials)} request(s) then in flight are cancelled "
                      "(their tokens until then are in the window)")
     if closed.at_bound and closed.hung_at_bound:

@@ -33,7 +33,7 @@ from plateau_bench.analysis.repeats import add_repeat, repeat_figures
 from plateau_bench.analysis.slo import goodput, level_meets, violations
 from plateau_bench.level_run import LevelRun, LevelRunner, StopRequested, StopRule
 from plateau_bench.records import RequestRecord
-from plateau_bench.result import LevelResult, ResultFile, SearchSettings
+from plateau_bench.result import LevelResult, ResultFile, SearchSettings, ended_by_interrupt
 from plateau_bench.roofline import Roofline
 from plateau_bench.spec import LevelSpec
 from plateau_bench.sweep.plan import ConcurrencyPlan, Plan, RatePlan, SloSearchPlan, SweepLimits
@@ -131,7 +131,7 @@ async def run_sweep(
         try:
             level = await _measure(ctx, step.level, step.label, step.phase, attempts.get(step.label, 0) + 1)
         except StopRequested:
-            state.stop_reason, state.halted = _stopped_by_user(state), True
+            state.stop_reason, state.halted = _stopped_by_user(state, step.label), True
             stopped = True
             break
         reason = _error_stop(level, limits) or _prompts_stop(level)
@@ -169,9 +169,13 @@ def _prompts_stop(level: LevelResult) -> str | None:
             "repeat them, each repeat counted, or a larger dataset")
 
 
-def _stopped_by_user(state: SweepState) -> str:
-    last = state.levels[-1].label if state.levels else None
-    return f"stopped by Ctrl-C, which ended {last} early" if last else "stopped by Ctrl-C"
+def _stopped_by_user(state: SweepState, asked: str) -> str:
+    """Why the sweep ended at a Ctrl-C: the level it ended early (kept), or the one it closed before that level
+    had a window (``asked``: not kept)."""
+    last = state.levels[-1] if state.levels else None
+    if last is not None and ended_by_interrupt(last):
+        return f"stopped by Ctrl-C, which ended {last.label} early"
+    return f"stopped by Ctrl-C during {asked}, before it had measured a window (not kept)"
 
 
 def _over_budget(spec: LevelSpec, state: SweepState, limits: SweepLimits, extra: str = "",

@@ -15,8 +15,6 @@ Fixtures (session scope: each server starts once per test run and is stopped at 
     ``vllm serve`` of a tiny random LlamaForCausalLM (2 layers, hidden 128) with ``--max-num-seqs 4``
     and ``--max-model-len 2048``. Startup ~130 s. Exposes vllm:num_requests_running/waiting etc. on
     /metrics.
-``vllm_server_8`` -> ServerHandle
-    The same with ``--max-num-seqs 8`` (the warm-sweep and the prediction tests share it).
 ``llamacpp_server`` -> ServerHandle
     ``llama-server`` with ``--parallel 4 -c 8192`` on the "mid" GGUF (8 layers, hidden 512: big enough
     that batching 4 slots pays). Startup ~1 s. Exposes llamacpp:requests_processing etc. on /metrics,
@@ -65,7 +63,6 @@ from support.loading import Cli
 from support.real_servers import ProvisioningError, ServerHandle
 
 VLLM_MAX_NUM_SEQS = 4
-VLLM_MAX_NUM_SEQS_8 = 8   # a second vLLM, for the tests that need a cap the session server has not
 LLAMACPP_PARALLEL = 4
 LLAMACPP_MODEL = "mid"
 # Per-test bound (pytest-timeout counts fixture set-up): the first test to use vLLM also waits for its
@@ -114,11 +111,6 @@ def load_generator_core() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def vllm_server() -> Iterator[ServerHandle]:
     yield from _started(lambda: real_servers.start_vllm(max_num_seqs=VLLM_MAX_NUM_SEQS))
-
-
-@pytest.fixture(scope="session")
-def vllm_server_8() -> Iterator[ServerHandle]:
-    yield from _started(lambda: real_servers.start_vllm(max_num_seqs=VLLM_MAX_NUM_SEQS_8))
 
 
 @pytest.fixture(scope="session")

@@ -8,23 +8,41 @@ server and prints both wall times side by side, for the record; only the verdict
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
-from support.real_servers import ServerHandle
+from support import real_servers
+from support.real_servers import ProvisioningError, ServerHandle
 
 if TYPE_CHECKING:
     from conftest import PlateauCli
 
 pytestmark = pytest.mark.real_server
 
-VLLM_CAP = 8        # the second session server's --max-num-seqs (conftest)
+VLLM_CAP = 8
 LLAMACPP_CAP = 4    # the session server's --parallel (conftest)
 SHORT = ["--min-level-time", "2s", "--input-len", "32", "--output-len", "64"]
 BURST_GRID = "1,2,4,8,16,32,64"
 WARM_TIMEOUT_S = 900   # vLLM: start-up (~60-130 s), then two runs of a few minutes on two cores
+
+
+@pytest.fixture(scope="module")
+def vllm_8() -> Iterator[ServerHandle]:
+    try:
+        handle = real_servers.start_vllm(max_num_seqs=VLLM_CAP)
+    except ProvisioningError as exc:
+        failure = str(exc)
+    else:
+        failure = ""
+    if failure:
+        pytest.fail(failure, pytrace=False)
+    try:
+        yield handle
+    finally:
+        handle.stop()
 
 
 def _warm_then_burst(cli: PlateauCli, server: ServerHandle, out: Path, cap: int, *flags: str) -> dict[str, object]:
@@ -55,7 +73,7 @@ def test_warm_sweep_names_the_llamacpp_cap(plateau_cli: PlateauCli, llamacpp_ser
 
 
 @pytest.mark.timeout(WARM_TIMEOUT_S)
-def test_warm_sweep_names_the_vllm_cap(plateau_cli: PlateauCli, vllm_server_8: ServerHandle, tmp_path: Path) -> None:
+def test_warm_sweep_names_the_vllm_cap(plateau_cli: PlateauCli, vllm_8: ServerHandle, tmp_path: Path) -> None:
     # vLLM's CPU build swings from one short window to the next; longer levels average it.
-    verdict = _warm_then_burst(plateau_cli, vllm_server_8, tmp_path, VLLM_CAP, "--max-level-time", "12s")
+    verdict = _warm_then_burst(plateau_cli, vllm_8, tmp_path, VLLM_CAP, "--max-level-time", "12s")
     assert (verdict["constraint"], verdict["estimated_cap"]) == ("admission_cap", VLLM_CAP), verdict

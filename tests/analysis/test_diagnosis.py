@@ -482,6 +482,23 @@ def test_falling_throughput_still_names_the_cache_over_a_stated_cap() -> None:
     assert (v.constraint, v.secondary) == ("kv_capacity", "admission_cap")
 
 
+@pytest.mark.parametrize(("running_mean", "constraint"), [(3.8, "admission_cap"), (2.9, "kv_capacity")])
+def test_a_fall_with_every_slot_busy_throughout_does_not_overturn_a_stated_cap(running_mean: float,
+                                                                               constraint: str) -> None:
+    """Preemption empties slots: a server whose time-average running count stayed at its stated cap past it ran
+    a full batch throughout, so a throughput fall there is noise, not the cache; one that sagged may be."""
+    levels = _stated_cap_with_spread(falling=True)
+    for lv in levels:
+        lv.telemetry = msgspec.structs.replace(lv.telemetry, running_mean=min(float(lv.concurrency), running_mean))
+    v = diagnose(levels)
+    assert v.constraint == constraint
+    if constraint == "admission_cap":
+        assert (v.confidence, v.estimated_cap, v.secondary) == ("medium", 4, "kv_capacity")
+        assert any("stayed at 3.8 or more of its 4 slots" in e for e in v.evidence), v.evidence
+        assert any("--repeat 3" in t for t in v.to_separate), v.to_separate
+        assert any("throughput falls" in e for e in v.secondary_evidence), v.secondary_evidence
+
+
 def test_the_terminal_and_html_verdicts_show_both_limits() -> None:
     from rich.console import Console
 

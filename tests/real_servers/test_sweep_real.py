@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from plateau_bench.analysis.diagnosis import STALL_MS
+from plateau_bench.analysis.diagnosis import FULL_BATCH, STALL_MS
 
 from support.real_servers import ServerHandle
 
@@ -133,6 +133,10 @@ def test_sweep_names_the_admission_cap(sweep: Sweep) -> None:
         }
         if sweep.server.kind == "llamacpp":  # /props total_slots states the cap outright
             checks[f"stated cap {CAP} in the evidence"] = f"the server states its cap: {CAP}" in evidence
+            # What lets the verdict read a throughput fall past a stated cap as noise, not preemption.
+            means = [lv.get("telemetry", {}).get("running_mean") for lv in levels if lv["concurrency"] >= 2 * CAP]
+            full = bool(means) and all(m is not None and m >= FULL_BATCH * CAP for m in means)
+            checks[f"server time-average running >= {FULL_BATCH:.0%} of {CAP} from C={2 * CAP} on"] = full
     else:
         checks["no /metrics evidence"] = not any("/metrics" in line or "states its cap" in line for line in evidence)
     unmet = [name for name, held in checks.items() if not held]

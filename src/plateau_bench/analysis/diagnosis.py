@@ -78,6 +78,7 @@ PROMPT_TOKENS_UNSURE = 2 / 3   # prompts this share of a step's tokens: the same
 SMALLEST_BUDGET = 512          # ... in steps this large at least (llama.cpp's -ub; vLLM and SGLang default higher)
 WHAT_IF_RANGE = 0.25   # client alone: the largest gain a cap what-if states as one number
 STILL_GROWING = 0.10   # a last doubling gaining this much leaves the plateau unsure
+FULL_BATCH = 0.90      # a server time-average running count this share of its stated cap: the batch stayed full
 
 
 def _try_cap(s: Sweep, sign: CapSign) -> str:
@@ -264,10 +265,19 @@ def _client_only(s: Sweep, sign: CapSign | None, kv: KvSign) -> Verdict | None:
             return v
     if sign is not None:
         points = kv.client.points(sign.fill) if kv.client else 0
-        if sign.stated and sign.server_agrees and not (kv.client and kv.client.thrash):
+        full = _ran_full(s, sign) if sign.stated and sign.server_agrees else None
+        if sign.stated and sign.server_agrees and (full is not None or not (kv.client and kv.client.thrash)):
             # The server states its cap and its running count sits there: its word outweighs the spread and
-            # stalls, which a prompt joining the batch produces too; only falling throughput overturns it.
+            # stalls, which a prompt joining the batch produces too. Falling throughput overturns it, unless
+            # the server's own time-average running count stayed at the cap: no slot was emptied by a
+            # preemption, so the fall is not the cache's recomputation.
             points = min(points, 1)
+        if full is not None and kv.client and kv.client.thrash:
+            v = _cap_verdict(s, sign, kv, "medium", kv_unsure=True)
+            v.evidence.append(full)
+            v.to_separate.append(f"measure the falling levels again (--repeat 3): a fall while all {sign.cap} "
+                                 "slots stay busy is the machine's or the client's noise, not the cache")
+            return v
         if points >= 2:
             return _kv_verdict(s, kv, sign, "medium")
         if points:
@@ -276,6 +286,18 @@ def _client_only(s: Sweep, sign: CapSign | None, kv: KvSign) -> Verdict | None:
     if kv.strong:
         return _kv_verdict(s, kv, None, "medium")
     return None
+
+
+def _ran_full(s: Sweep, sign: CapSign) -> str | None:
+    """The server's time-average running count on every level past its stated cap, where it stayed at the cap
+    (>= 90 %): a batch held full throughout, which preemption would have emptied (None: not reported, or not
+    full)."""
+    past = [lv.telemetry.running_mean for lv in s.top if conc(lv) > sign.cap]
+    if not past or any(m is None or m < FULL_BATCH * sign.cap for m in past):
+        return None
+    low = min(m for m in past if m is not None)
+    return (f"server: its time-average running count stayed at {low:.1f} or more of its {sign.cap} slots on every "
+            "level past the cap (/metrics): a full batch throughout, which preemption would have emptied")
 
 
 def _limits(s: Sweep) -> Verdict:

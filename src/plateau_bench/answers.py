@@ -79,6 +79,13 @@ class CrossValidation(msgspec.Struct, frozen=True, kw_only=True):
         order = (self.sweep_worst_error, self.worst_error) if across_sweeps else (self.worst_error,)
         return next((abs(e) for e in order if e is not None), None)
 
+    def widest(self) -> tuple[str, float] | None:
+        """The larger unsigned held-out error of a level's and a whole sweep's, with what was held out ("level"
+        or "sweep"; None: none known)."""
+        errors = [(basis, abs(e)) for basis, e in (("level", self.worst_error), ("sweep", self.sweep_worst_error))
+                  if e is not None]
+        return max(errors, key=lambda held: held[1]) if errors else None   # a tie: the level's
+
 
 class EngineModel(msgspec.Struct, frozen=True, kw_only=True):
     """What the twin needs: the step model and the scheduler's limits."""

@@ -265,19 +265,21 @@ def _client_only(s: Sweep, sign: CapSign | None, kv: KvSign) -> Verdict | None:
             return v
     if sign is not None:
         points = kv.client.points(sign.fill) if kv.client else 0
-        full = _ran_full(s, sign) if sign.stated and sign.server_agrees else None
-        if sign.stated and sign.server_agrees and (full is not None or not (kv.client and kv.client.thrash)):
+        thrash = bool(kv.client and kv.client.thrash)
+        if sign.stated and sign.server_agrees:
             # The server states its cap and its running count sits there: its word outweighs the spread and
             # stalls, which a prompt joining the batch produces too. Falling throughput overturns it, unless
             # the server's own time-average running count stayed at the cap: no slot was emptied by a
             # preemption, so the fall is not the cache's recomputation.
-            points = min(points, 1)
-        if full is not None and kv.client and kv.client.thrash:
-            v = _cap_verdict(s, sign, kv, "medium", kv_unsure=True)
-            v.evidence.append(full)
-            v.to_separate.append(f"measure the falling levels again (--repeat 3): a fall while all {sign.cap} "
-                                 "slots stay busy is the machine's or the client's noise, not the cache")
-            return v
+            full = _ran_full(s, sign)
+            if thrash and full is not None:
+                v = _cap_verdict(s, sign, kv, "medium", kv_unsure=True)
+                v.evidence.append(full)
+                v.to_separate.append(f"measure the falling levels again (--repeat 3): a fall while all {sign.cap} "
+                                     "slots stay busy is the machine's or the client's noise, not the cache")
+                return v
+            if not thrash:
+                points = min(points, 1)
         if points >= 2:
             return _kv_verdict(s, kv, sign, "medium")
         if points:

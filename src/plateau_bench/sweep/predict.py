@@ -71,22 +71,14 @@ def held_out_worst(model: CalibratedModel) -> float | None:
     a level's, or a whole sweep's where several were given and that is worse. A prediction is for another
     setting or another moment, which is what leaving a sweep out tests: two sweeps of one setting minutes
     apart differ by the server's drift, which no level of either shows."""
-    worst = max(_held_out_errors(model).values(), default=None)
-    return worst if worst is not None and worst < 1 else None
+    widest = model.cross_validation.widest() if model.cross_validation is not None else None
+    return widest[1] if widest is not None and widest[1] < 1 else None
 
 
 def held_out_basis(model: CalibratedModel) -> str:
     """What was held out for ``held_out_worst``: a "level", or a whole "sweep"."""
-    errors = _held_out_errors(model)
-    return max(errors, key=lambda basis: errors[basis]) if errors else "level"
-
-
-def _held_out_errors(model: CalibratedModel) -> dict[str, float]:
-    cv = model.cross_validation
-    if cv is None:
-        return {}
-    errors = {"level": cv.worst_error, "sweep": cv.sweep_worst_error}
-    return {basis: abs(e) for basis, e in errors.items() if e is not None}
+    widest = model.cross_validation.widest() if model.cross_validation is not None else None
+    return widest[0] if widest is not None else "level"
 
 
 def _plan(concurrencies: Sequence[int] | None, top: int) -> ConcurrencyPlan:

@@ -9,6 +9,8 @@ and the presentation renders them (``report.answers``), which may not import the
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
 from plateau_bench.result import Knee, Plateau
@@ -72,6 +74,24 @@ class CrossValidation(msgspec.Struct, frozen=True, kw_only=True):
     sweep_folds: int = 0                    # sweeps predicted by a fit without them (several sweeps only)
     sweep_median_abs_error: float | None = None
     sweep_worst_error: float | None = None
+    # The extrapolation fold: fitted to the levels up to half the widest decoding batch, the wider levels
+    # predicted; the one erring most per doubling of the batch beyond the fit's (None: no fold could be made).
+    extrapolation_folds: int = 0             # levels predicted beyond the fold's batches
+    extrapolation_from_batch: float | None = None   # the widest decoding batch the fold was fitted to
+    extrapolation_ratio: float | None = None        # that level's batch over it
+    extrapolation_error: float | None = None        # that level's TPOT error, signed
+
+    def per_doubling(self) -> float | None:
+        """How far off, unsigned, the fit went per doubling of the decoding batch beyond its own (None: no fold)."""
+        if self.extrapolation_error is None or self.extrapolation_ratio is None or self.extrapolation_ratio <= 1:
+            return None
+        return abs(self.extrapolation_error) / math.log2(self.extrapolation_ratio)
+
+    def beyond(self, ratio: float) -> float:
+        """The error to add to a prediction whose decoding batch reaches ``ratio`` times the widest calibrated:
+        the fold's error per doubling, times the doublings (0 within the calibrated batches, or with no fold)."""
+        rate = self.per_doubling()
+        return rate * math.log2(ratio) if rate is not None and ratio > 1 else 0.0
 
     def worst(self, *, across_sweeps: bool = False) -> float | None:
         """The worst held-out error, unsigned (None: none known). With ``across_sweeps``, leaving one sweep
@@ -164,6 +184,9 @@ class Prediction(msgspec.Struct, frozen=True, kw_only=True):
     held_out_high: float | None = None
     held_out_basis: str = "level"      # what was held out for that error: a "level", or a whole "sweep"
     model: str = ""                    # the model the prediction came from: its sources, step time and error
+    # The part of that band's error added because the plateau's decoding batch reaches past the calibrated ones:
+    # the extrapolation fold's error per doubling of the batch, times the doublings (0: within them).
+    held_out_beyond: float = 0.0
 
 
 # -- a capacity plan (``sweep.capacity``) -----------------------------------------------------------------
@@ -180,6 +203,7 @@ class ReplicaTrial(msgspec.Struct, frozen=True, kw_only=True):
     tpot_p99_ms: float | None
     e2e_p99_ms: float | None
     goodput_rps: float | None
+    decoding: float | None = None    # each replica's mean decoding batch
 
 
 class CapacityPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -197,6 +221,7 @@ class CapacityPlan(msgspec.Struct, frozen=True, kw_only=True):
     replicas_high: int | None = None
     held_out_basis: str = "level"      # the band's error: the worst held-out "level", or whole "sweep"
     model: str = ""                    # the model the plan came from: its sources, step time and error
+    held_out_beyond: float = 0.0       # added to that error for a replica's batch past the calibrated ones
 
 
 # -- a tune (``sweep.tune``) ------------------------------------------------------------------------------

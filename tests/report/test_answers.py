@@ -10,6 +10,7 @@ from rich.console import Console, RenderableType
 from plateau_bench.answers import (
     CalibratedModel,
     CapacityPlan,
+    CrossValidation,
     EngineModel,
     LevelFit,
     Parameter,
@@ -35,6 +36,11 @@ def text(view: RenderableType) -> str:
     console = Console(width=200, record=True, color_system=None)
     console.print(view)
     return console.export_text()
+
+
+def flat(view: RenderableType) -> str:
+    """The view's words on one line: a sentence as the console wrapped it, unwrapped."""
+    return " ".join(text(view).split())
 
 
 def rows(view: RenderableType, first: str) -> list[list[str]]:
@@ -106,6 +112,31 @@ def test_a_prediction_without_an_slo_or_band_says_why() -> None:
     assert "Predicted plateau ~2,872 tok/s from C=8 (no band: no residual freedom)" in out
 
 
+def test_a_band_widened_for_a_batch_past_the_calibrated_ones_says_by_how_much_and_may_have_no_top() -> None:
+    base = dict(engine=ENGINE, levels=[_level(64, 6155.0)], plateau=Plateau(concurrency=64, throughput=6000.0,
+                                                                           reached=True), knee=None,
+                plateau_low=None, plateau_high=None)
+    widened = Prediction(**base, held_out_low=4800.0, held_out_high=8000.0, held_out_beyond=0.18)
+    assert ("with every step as far off as the worst level held out of the calibration, plus 18.0% for a decoding "
+            "batch past the calibrated ones (the extrapolation fold's error per doubling, times the doublings): "
+            "4,800 to 8,000 tok/s") in flat(prediction_view(widened, WORK))
+    topless = Prediction(**base, held_out_low=2900.0, held_out_high=None, held_out_beyond=0.95)
+    assert "2,900 to no upper bound" in text(prediction_view(topless, WORK))
+    within = Prediction(**base, held_out_low=5500.0, held_out_high=6600.0, held_out_beyond=0.0001)
+    assert "calibration: 5,500 to 6,600 tok/s" in text(prediction_view(within, WORK))   # 0.0 %: not said
+
+
+def test_a_model_with_an_extrapolation_fold_prints_it() -> None:
+    model = CalibratedModel(engine=ENGINE, parameters=[Parameter(name="t0", value=2e-3)],
+                            levels=[], sources=["runs/a"], cap_source="diagnosis", kv_source="server",
+                            policy_source="engine", input_len=129.0, output_len=127.0,
+                            cross_validation=CrossValidation(folds=4, median_abs_error=0.02, worst_error=-0.04,
+                                                             extrapolation_folds=3, extrapolation_from_batch=2.0,
+                                                             extrapolation_ratio=2.0, extrapolation_error=0.12))
+    assert ("Extrapolated: fitted to decoding batches up to 2.0, the 3 wider level(s) predicted, worst +12.0% at 2.0x "
+            "that batch (12.0% per doubling") in flat(model_view(model))
+
+
 def _trial(n: int, meets: bool, keeps_up: bool = True) -> ReplicaTrial:
     return ReplicaTrial(replicas=n, balancer="round_robin", meets=meets, keeps_up=keeps_up, request_rate=47.97,
                         output_throughput=6092.0, ttft_p99_ms=6023.0, tpot_p99_ms=5.0, e2e_p99_ms=None,
@@ -127,6 +158,9 @@ def test_a_plan_shows_each_trial_and_the_replicas_with_their_cost() -> None:
     out = text(plan_view(banded, WORK))
     assert ("0.146 per million output tokens; 2 to 3 with every step as far off as the worst level held out of "
             "the calibration") in out and "Model: the twin calibrated on runs/a" in out
+    wide = CapacityPlan(**{**{f: getattr(banded, f) for f in banded.__struct_fields__}, "held_out_beyond": 0.25})
+    assert ("2 to 3 with every step as far off as the worst level held out of the calibration, plus 25.0% for a batch "
+            "past the calibrated ones") in flat(plan_view(wide, WORK))
 
 
 def test_a_plan_no_replica_count_meets() -> None:

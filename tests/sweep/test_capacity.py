@@ -67,6 +67,30 @@ def test_the_band_is_the_plan_with_every_step_as_far_off_as_the_worst_held_out_l
     assert "not cross-validated" in alone.model
 
 
+@pytest.mark.slow   # two replica searches of a few twin runs each
+def test_a_replica_batch_past_the_calibrated_ones_widens_the_band_by_the_extrapolation_fold() -> None:
+    """Calibrated on batches up to 4, with a fold that erred 10 % per doubling past its own: replicas decoding
+    ~20 each reach about 2.3 doublings past 4, and the band's error grows by that much over the 5 % held out."""
+    from plateau_bench.answers import CrossValidation, LevelFit
+
+    model = tiny_model()
+    levels = [LevelFit(run="tiny", label=f"C={b}", batch=float(b), measured_ms=1.0, fitted_ms=1.0) for b in (1, 2, 4)]
+    folded = CrossValidation(folds=3, median_abs_error=0.02, worst_error=-0.05, extrapolation_folds=1,
+                             extrapolation_from_batch=2.0, extrapolation_ratio=2.0, extrapolation_error=0.10)
+    model = CalibratedModel(**{**{f: getattr(model, f) for f in model.__struct_fields__}, "levels": levels,
+                               "cross_validation": folded})
+    plan = asyncio.run(plan_capacity(model, WORK, 120.0, parse_slo("ttft_p99=1s"), duration_s=60))
+    chosen = next(t for t in plan.trials if t.replicas == plan.replicas)
+    assert chosen.decoding is not None and chosen.decoding > 8
+    assert plan.held_out_beyond == pytest.approx(0.10 * math.log2(chosen.decoding / 4))
+    narrow = CalibratedModel(**{**{f: getattr(model, f) for f in model.__struct_fields__},
+                                "cross_validation": CrossValidation(folds=3, median_abs_error=0.02, worst_error=-0.05)})
+    unwidened = asyncio.run(plan_capacity(narrow, WORK, 120.0, parse_slo("ttft_p99=1s"), duration_s=60))
+    assert unwidened.held_out_beyond == 0.0
+    assert plan.replicas_high is not None and unwidened.replicas_high is not None
+    assert plan.replicas_high > unwidened.replicas_high
+
+
 @pytest.mark.slow   # a second or more: kept out of the inner loop
 def test_an_unreachable_slo_says_so() -> None:
     plan = asyncio.run(plan_capacity(tiny_model(), WORK, 50.0, parse_slo("tpot_p99=1ms"), max_replicas=4,

@@ -55,6 +55,7 @@ from plateau_bench.answers import Parameter as Parameter
 from plateau_bench.errors import ResultsError
 from plateau_bench.result import LevelResult, ResultFile
 
+EXTRAPOLATION = 1.25      # a batch this much wider than the widest fitted is extrapolated to
 DEFAULT_BUDGET = 8192      # vLLM's step budget for online serving; a client cannot see it
 
 
@@ -172,10 +173,40 @@ def _cross_validate(rows: list[_Row]) -> tuple[list[LevelFit], CrossValidation]:
                              held_out_sweep_ms=_held_out(rows, row, whole_sweep=True) if tpot and several else None))
     by_level = [f.held_out_error for f in fits if f.held_out_error is not None]
     by_sweep = [f.held_out_sweep_error for f in fits if f.held_out_sweep_error is not None]
-    return fits, CrossValidation(
+    cv = CrossValidation(
         folds=len(by_level), median_abs_error=_median_abs(by_level), worst_error=_worst(by_level),
         sweep_folds=len({f.run for f in fits if f.held_out_sweep_error is not None}),
         sweep_median_abs_error=_median_abs(by_sweep), sweep_worst_error=_worst(by_sweep))
+    fold = _extrapolation_fold(rows)
+    if fold is not None:
+        folds, reach, ratio, error = fold
+        cv = msgspec.structs.replace(cv, extrapolation_folds=folds, extrapolation_from_batch=reach,
+                                     extrapolation_ratio=ratio, extrapolation_error=error)
+    return fits, cv
+
+
+FOLD_SPAN = 2.0   # the extrapolation fold fits the levels up to the widest decoding batch over this
+
+
+def _extrapolation_fold(rows: list[_Row]) -> tuple[int, float, float, float] | None:
+    """How the fit errs beyond its own batches, which leaving one level out cannot show (the levels either side
+    of the one left out pin it): fitted to the levels whose decoding batch is at most half the widest, it
+    predicts the wider ones. A level counts at EXTRAPOLATION times the fold's widest batch or more (closer in, it
+    is interpolation). The one erring most per doubling of the batch is kept: a prediction reaching further
+    than the calibration did widens its band by that rate (``CrossValidation.beyond``). Nothing when the
+    narrower levels cannot be fitted (one decoding batch among them)."""
+    tpot = [r for r in rows if r.metric == "tpot"]
+    cut = max((r.batch for r in tpot), default=0.0) / FOLD_SPAN
+    inside = [r for r in rows if r.batch <= cut]
+    try:
+        coef = fit_step(inside).coef
+    except ResultsError:
+        return None
+    reach = max(r.batch for r in inside if r.metric == "tpot")
+    # never empty: the widest level is at least twice the fold's widest batch
+    beyond = [(float(np.dot(coef, r.x)) / r.y - 1.0, r.batch / reach) for r in tpot if r.batch >= EXTRAPOLATION * reach]
+    error, ratio = max(beyond, key=lambda held: abs(held[0]) / np.log2(held[1]))
+    return len(beyond), reach, ratio, error
 
 
 def _median_abs(errors: list[float]) -> float | None:

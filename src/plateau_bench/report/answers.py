@@ -63,6 +63,12 @@ def _cross_validation(model: CalibratedModel) -> list[Text]:
     if cv.sweep_median_abs_error is not None and cv.sweep_worst_error is not None:
         lines.append(Text(f"Each sweep left out in turn ({cv.sweep_folds} sweeps): within "
                           f"{cv.sweep_median_abs_error:.1%} (median), worst {cv.sweep_worst_error:+.1%}"))
+    rate = cv.per_doubling()
+    if rate is not None and cv.extrapolation_error is not None and cv.extrapolation_from_batch is not None:
+        lines.append(Text(f"Extrapolated: fitted to decoding batches up to {cv.extrapolation_from_batch:,.1f}, the "
+                          f"{cv.extrapolation_folds} wider level(s) predicted, worst {cv.extrapolation_error:+.1%} at "
+                          f"{cv.extrapolation_ratio or 0:.1f}x that batch ({rate:.1%} per doubling: what a prediction "
+                          "past the calibrated batches adds to its band)"))
     return lines
 
 
@@ -91,10 +97,8 @@ def prediction_view(done: Prediction, workload: WorkloadSpec) -> Group:
                 if done.plateau_low is not None and done.plateau_high is not None else f" ({done.band_note})")
         parts.append(Text(f"Predicted plateau ~{done.plateau.throughput:,.0f} tok/s from "
                           f"C={done.plateau.concurrency}{band}"))
-        if done.held_out_low is not None and done.held_out_high is not None:
-            parts.append(Text(f"  with every step as far off as the worst {done.held_out_basis} held out of the "
-                              "calibration: "
-                              f"{done.held_out_low:,.0f} to {done.held_out_high:,.0f} tok/s"))
+        if done.held_out_low is not None:
+            parts.append(Text(_held_out_line(done)))
     if done.knee is not None:
         parts.append(Text(f"Predicted knee C~{done.knee.concurrency:,.0f}"))
     if done.model:
@@ -105,6 +109,18 @@ def prediction_view(done: Prediction, workload: WorkloadSpec) -> Group:
                   if done.slo_max_concurrency else "no level")
         parts.append(Text(f"Within the SLO: {within}"))
     return Group(*parts)
+
+
+SHOWN = 0.0005   # a widening that rounds to 0.0 % is not worth a clause
+
+
+def _held_out_line(done: Prediction) -> str:
+    """The empirical band: the worst held-out step error, widened for a batch past the calibrated ones."""
+    beyond = (f", plus {done.held_out_beyond:.1%} for a decoding batch past the calibrated ones (the extrapolation "
+              "fold's error per doubling, times the doublings)" if done.held_out_beyond >= SHOWN else "")
+    high = f"{done.held_out_high:,.0f} tok/s" if done.held_out_high is not None else "no upper bound"
+    return (f"  with every step as far off as the worst {done.held_out_basis} held out of the calibration{beyond}: "
+            f"{done.held_out_low:,.0f} to {high}")
 
 
 def _verdict(trial: ReplicaTrial) -> str:
@@ -137,8 +153,10 @@ def _replica_band(plan: CapacityPlan) -> str:
     if plan.replicas_low is None and plan.replicas_high is None:
         return " (no band: the calibration has no held-out error)" if plan.model else ""
     high = f"{plan.replicas_high:,}" if plan.replicas_high is not None else "more than the maximum"
+    beyond = (f", plus {plan.held_out_beyond:.1%} for a batch past the calibrated ones" if plan.held_out_beyond >= SHOWN
+              else "")
     return (f"; {plan.replicas_low if plan.replicas_low is not None else '-'} to {high} with every step as far off "
-            f"as the worst {plan.held_out_basis} held out of the calibration")
+            f"as the worst {plan.held_out_basis} held out of the calibration{beyond}")
 
 
 def _setting(setting: dict[str, int]) -> str:

@@ -5,7 +5,8 @@ Poisson arrivals at the target rate in virtual time; the SLO is checked on the l
 percentiles exactly as on a measured level. More replicas never make latency worse under either
 balancer, so the search doubles N until the SLO holds, then bisects between the last failing and
 the first meeting count. The band is the same search with every step as far off as the calibration's
-worst held-out level or sweep (``predict.held_out_worst``), faster and slower. A replica count meets the SLO only
+worst held-out level or sweep (``predict.held_out_worst``), faster and slower, widened where a replica's
+decoding batch reaches past the calibrated ones (``predict.beyond_calibrated``). A replica count meets the SLO only
 when it also keeps up: no backlog growing over the arrivals (``_keeps_up``), which a longer run would turn
 into a violation.
 """
@@ -26,7 +27,15 @@ from plateau_bench.records import RequestRecord
 from plateau_bench.result import LevelResult
 from plateau_bench.sim.runner import VirtualLevelRunner
 from plateau_bench.spec import LevelSpec, WorkloadSpec
-from plateau_bench.sweep.predict import Settings, engine_config, held_out_basis, held_out_worst, model_line, scaled
+from plateau_bench.sweep.predict import (
+    Settings,
+    beyond_calibrated,
+    engine_config,
+    held_out_basis,
+    held_out_worst,
+    model_line,
+    scaled,
+)
 from plateau_bench.units import NS
 
 KEEPS_UP = 0.95   # share of the requests that must have a first token
@@ -60,7 +69,7 @@ async def _trial(model: CalibratedModel, workload: WorkloadSpec, settings: Setti
     return ReplicaTrial(replicas=replicas, balancer=balancer, meets=keeps_up and level_meets(lv, slos),
                         keeps_up=keeps_up, request_rate=lv.request_throughput, output_throughput=lv.output_throughput,
                         ttft_p99_ms=lv.ttft_ms.p99, tpot_p99_ms=lv.tpot_ms.p99, e2e_p99_ms=lv.e2e_ms.p99,
-                        goodput_rps=lv.goodput_rps)
+                        goodput_rps=lv.goodput_rps, decoding=lv.decoding_concurrency / replicas)
 
 
 async def plan_capacity(model: CalibratedModel, workload: WorkloadSpec, rate: float, slos: Sequence[Slo], *,
@@ -78,12 +87,15 @@ async def plan_capacity(model: CalibratedModel, workload: WorkloadSpec, rate: fl
     replicas = await _fewest(model, *args, trials)
     low = high = None
     worst = held_out_worst(model)
+    chosen = trials.get(replicas) if replicas is not None else None
+    beyond = beyond_calibrated(model, chosen.decoding or 0.0) if chosen is not None else 0.0
     if worst is not None:
-        low = await _fewest(scaled(model, 1 - worst), *args, {})
-        high = await _fewest(scaled(model, 1 + worst), *args, {})
+        error = worst + beyond
+        low = await _fewest(scaled(model, 1 - error), *args, {}) if error < 1 else None
+        high = await _fewest(scaled(model, 1 + error), *args, {})
     plan = _plan(rate, slos, balancer, replicas, trials, gpus_per_replica, gpu_cost_per_hour, workload.output_len)
     return msgspec.structs.replace(plan, replicas_low=low, replicas_high=high, model=model_line(model),
-                                   held_out_basis=held_out_basis(model))
+                                   held_out_basis=held_out_basis(model), held_out_beyond=beyond)
 
 
 async def _fewest(model: CalibratedModel, workload: WorkloadSpec, settings: Settings, rate: float, balancer: str,

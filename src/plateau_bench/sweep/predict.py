@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 
-from plateau_bench.analysis.calibration import Lengths, Sweep, calibrate, shifted
+from plateau_bench.analysis.calibration import EXTRAPOLATION, Lengths, Sweep, calibrate, shifted
 from plateau_bench.analysis.slo import Slo, level_meets
 from plateau_bench.answers import CalibratedModel, EngineModel
 from plateau_bench.answers import PredictedLevel as PredictedLevel  # re-exported: what a prediction is
@@ -131,7 +131,7 @@ async def predict(model: CalibratedModel, workload: WorkloadSpec, settings: Sett
     if band and not note and plateau is not None:
         low, high = await _standard_error_band(model, settings, workload, levels, plateau, top)
     predicted = [_level(lv, slos) for lv in sorted(levels, key=lambda lv: lv.concurrency or 0)]
-    held_out = _held_out_band(model, plateau)
+    held_out_low, held_out_high, beyond = _held_out_band(model, plateau, levels)
     meeting = [p for p in predicted if p.meets_slo]
     best = max(meeting, key=lambda p: p.concurrency) if meeting else None
     return Prediction(engine=msgspec.structs.replace(model.engine, max_num_seqs=config.max_num_seqs,
@@ -142,7 +142,7 @@ async def predict(model: CalibratedModel, workload: WorkloadSpec, settings: Sett
                       slo_throughput=best.output_throughput if best else None, band_note=note,
                       notes=[*_notes(model, settings), *_extrapolation(model, levels, workload),
                              *_cap_reach(model, config.max_num_seqs)],
-                      held_out_low=held_out[0], held_out_high=held_out[1],
+                      held_out_low=held_out_low, held_out_high=held_out_high, held_out_beyond=beyond,
                       held_out_basis=held_out_basis(model), model=model_line(model))
 
 
@@ -164,24 +164,42 @@ async def _standard_error_band(model: CalibratedModel, settings: Settings, workl
     return edges[0], edges[1]
 
 
-def _held_out_band(model: CalibratedModel, plateau: Plateau | None) -> tuple[float | None, float | None]:
+def _held_out_band(model: CalibratedModel, plateau: Plateau | None,
+                   levels: Sequence[LevelResult]) -> tuple[float | None, float | None, float]:
+    """The plateau with every step as far off as the worst held-out TPOT, that error widened where the plateau's
+    decoding batch reaches past the calibrated ones (``beyond_calibrated``); and that widening. Past 100 % there
+    is no upper edge (None): a step could be that much faster."""
     worst = held_out_worst(model)
     if plateau is None or worst is None:
-        return None, None
-    return plateau.throughput / (1 + worst), plateau.throughput / (1 - worst)
+        return None, None, 0.0
+    on_plateau = plateau.levels or (plateau.concurrency,)
+    beyond = beyond_calibrated(model, max((lv.decoding_concurrency for lv in levels if lv.concurrency in on_plateau),
+                                          default=0.0))
+    error = worst + beyond
+    return plateau.throughput / (1 + error), plateau.throughput / (1 - error) if error < 1 else None, beyond
 
 
-EXTRAPOLATION = 1.25   # beyond this factor of the measured range, a prediction says it extrapolates
+def beyond_calibrated(model: CalibratedModel, batch: float) -> float:
+    """What a prediction decoding ``batch`` sequences adds to the held-out error for reaching past the widest
+    calibrated batch: the extrapolation fold's error per doubling, times the doublings (0 within)."""
+    reach = _batch_reach(model, batch)
+    return model.cross_validation.beyond(reach[1] / reach[0]) if reach and model.cross_validation else 0.0
+
+
+def _batch_reach(model: CalibratedModel, batch: float) -> tuple[float, float] | None:
+    """The widest decoding batch calibrated, and ``batch`` (None: either unknown)."""
+    most = max((lv.batch for lv in model.levels if lv.metric == "tpot"), default=0.0)
+    return (most, batch) if most > 0 and batch > 0 else None
 
 
 def _extrapolation(model: CalibratedModel, levels: Sequence[LevelResult], workload: WorkloadSpec) -> list[str]:
     """How far the prediction reaches beyond the calibration's decoding batches and contexts."""
     measured = [lv for lv in model.levels if lv.metric == "tpot"]
-    if not measured or not levels:
+    reach = _batch_reach(model, max((lv.decoding_concurrency for lv in levels), default=0.0))
+    if not measured or reach is None:
         return []
     out = []
-    most = max(lv.batch for lv in measured)
-    deepest = max((lv.decoding_concurrency for lv in levels), default=0.0)
+    most, deepest = reach
     if deepest > EXTRAPOLATION * most:
         out.append(f"extrapolates: decoding batches up to ~{deepest:,.0f}, {deepest / most:.1f}x the largest "
                    f"calibrated ({most:,.0f}); the step model's per-sequence cost is assumed to hold there")

@@ -13,8 +13,9 @@
    batch) corrects the model before the next restart. At most ``candidates`` such rounds; they end
    sooner when no setting left could beat the best measured one even at the top of its band: the
    prediction over one minus the larger of the calibration's held-out error (a sweep predicted without
-   itself, else a level) and the largest error the predictions have shown so far. A tune does not stop
-   on the model's word where the model's own cross-validation says it is not that good. The
+   itself, else a level; widened, for a setting whose decoding batch reaches past the calibrated ones, by
+   the extrapolation fold's error per doubling) and the largest error the predictions have shown so far. A
+   tune does not stop on the model's word where the model's own cross-validation says it is not that good. The
    recommendation is the best measured setting. Predicted and measured figures are kept side by side
    (each prediction with the sweeps it was calibrated on, and the top of its band), with the restarts
    spent and what a brute-force grid would have spent (``--brute-force`` measures it all too, for a
@@ -187,7 +188,8 @@ async def predictor(run_dirs: Sequence[Path], params: Sequence[TuneParam], workl
         else:
             value = done.plateau.throughput if done.plateau else max(
                 (lv.output_throughput for lv in done.levels), default=None)
-        return None if value is None else Forecast(value, held_out)
+        # a setting whose batch reaches past the calibrated ones carries the extrapolation fold's widening
+        return None if value is None else Forecast(value, min(0.9, held_out + done.held_out_beyond))
     return predicted
 
 

@@ -1,13 +1,16 @@
 """A twin calibrated on one real vLLM-CPU setting predicts others: swept at ``--max-num-seqs 4`` (the session's
 server), it predicts the plateaus at 8 and 16, each measured on a server started with that cap.
 
-What is held: at 8 (twice the calibrated batch) the prediction is within 15 % of the measurement, or its
-held-out band (the calibration's worst held-out error) holds the measurement. At 16 (four times) the figures
-are printed, not held to 15 %: the step model fitted on batches of 1 to 4 does not extrapolate that far on this
-CPU build (three runs within half an hour read +50.3 %, -23.4 % and -12.8 % there, with +12.8 %, -9.7 % and
--4.6 % at 8: the per-sequence and per-prompt-token costs trade places between sweeps of one server whose steps
-differ by tenths of a millisecond); what is held there is that the prediction says it extrapolates and how
-far, and that it grows with the cap.
+What is held, at both: the prediction is within 15 % of the measurement, or its held-out band holds the
+measurement. The band is the calibration's worst held-out error, widened for a plateau batch past the
+calibrated ones by the extrapolation fold (fitted to batches up to ~2, the calibration predicts its levels at
+~4; that error per doubling, times the doublings: one to 8, two to 16). At 16 the prediction must also say it
+extrapolates, and be widened. Before the fold, five runs read +50.3 %, -23.4 % and -12.8 % at 16 among
+them with a band of +-6 to 7 %: a step fitted on batches of 1 to 4 (1.5 to 2 ms on this CPU build) trades its
+per-sequence and per-prompt-token costs between sweeps, which sets the slope a fourfold extrapolation
+multiplies. With it, six runs (one beside a busy core) read -4.8, -2.8, -6.3, +5.0, +1.4 and -2.4 % at 16
+(-7.7, -0.7, -3.5, +3.3, -4.1 and +5.2 % at 8), the fold widening the band at 16 by 42, 5, 10, 9 and 11 % in
+the five that printed it.
 
 The three servers run side by side and are swept in two interleaved rounds (4, 8, 16, then 4, 8, 16): the
 calibration takes both cap-4 sweeps and each measurement is the mean of its two. On two shared cores one
@@ -26,7 +29,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import pytest
 
-from plateau_bench.answers import Prediction
+from plateau_bench.answers import CalibratedModel, Prediction
 from plateau_bench.store import load_summary
 
 from support import real_servers
@@ -42,7 +45,6 @@ pytestmark = pytest.mark.real_server
 SWEEP = ["--input-len", "32", "--output-len", "64", "--min-level-time", "3s", "--max-level-time", "12s"]
 CALIBRATED_CAP = 4   # the session server's --max-num-seqs (conftest)
 PREDICTED_CAPS = (8, 16)
-HELD_UP_TO = 8       # caps held to 15 % (or their band); wider ones only printed, see the docstring
 ROUNDS = (1, 2)
 
 
@@ -85,8 +87,13 @@ def test_one_calibrated_cap_predicts_twice_and_four_times_it(plateau_cli: Platea
     code, output = plateau_cli.invoke("calibrate", *(str(tmp_path / f"cap-{CALIBRATED_CAP}-{n}") for n in ROUNDS),
                                       "--out", str(model))
     assert code == 0, output
+    cv = msgspec.json.decode(model.read_bytes(), type=CalibratedModel).cross_validation
+    rate = cv.per_doubling() if cv is not None else None
+    fold = "none" if rate is None or cv is None else (f"fitted to batches up to {cv.extrapolation_from_batch:.1f}, "
+                                                      f"{cv.extrapolation_error:+.1%} at {cv.extrapolation_ratio:.1f}x "
+                                                      f"that ({rate:.1%} per doubling)")
     print(f"\nvLLM-CPU cap {CALIBRATED_CAP}, the two calibration sweeps: "
-          + ", ".join(f"{t:,.0f}" for t in measured[CALIBRATED_CAP]) + " tok/s")
+          + ", ".join(f"{t:,.0f}" for t in measured[CALIBRATED_CAP]) + f" tok/s; the extrapolation fold: {fold}")
     failures = []
     plateaus: dict[int, float] = {}
     for cap in PREDICTED_CAPS:
@@ -101,10 +108,11 @@ def test_one_calibrated_cap_predicts_twice_and_four_times_it(plateau_cli: Platea
         band = "none" if low is None or high is None else f"{low:,.0f} to {high:,.0f}"
         print(f"vLLM-CPU cap {CALIBRATED_CAP} -> {cap}: predicted {predicted.plateau.throughput:,.0f} tok/s "
               f"(held-out band {band}), measured {mean:,.0f} (sweeps "
-              + ", ".join(f"{t:,.0f}" for t in measured[cap]) + f"): {error:+.1%}")
-        if cap > HELD_UP_TO:
+              + ", ".join(f"{t:,.0f}" for t in measured[cap]) + f"): {error:+.1%}; widened "
+              f"{predicted.held_out_beyond:.1%} for the batch")
+        if cap > 2 * CALIBRATED_CAP:
             assert any(n.startswith("extrapolates: decoding batches") for n in predicted.notes), predicted.notes
-            continue
+            assert predicted.held_out_beyond > 0, "a prediction at four times the calibrated batch was not widened"
         held = low is not None and high is not None and low <= mean <= high
         if abs(error) > 0.15 and not held:
             verdicts = [load_summary(tmp_path / f"cap-{cap}-{n}")["verdict"] for n in ROUNDS]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from plateau_bench.answers import CalibratedModel, CrossValidation, EngineModel, LevelFit, Parameter
+from plateau_bench.answers import CalibratedModel, CrossValidation, EngineModel, LevelFit, Parameter, Prediction
 from plateau_bench.result import LevelResult, Plateau
 from plateau_bench.spec import WorkloadSpec
-from plateau_bench.sweep.predict import _extrapolation, _held_out_band, held_out_basis
+from plateau_bench.sweep.predict import _extrapolation, _held_out_band, _wider_band, held_out_basis
 
 from support.builders import level_result
 
@@ -88,6 +88,19 @@ def test_the_fold_rate_is_the_error_over_its_doublings() -> None:
     assert cv.per_doubling() == pytest.approx(0.06)
     assert cv.beyond(8.0) == pytest.approx(0.18) and cv.beyond(1.0) == 0.0 and cv.beyond(0.5) == 0.0
     assert CrossValidation().per_doubling() is None and CrossValidation().beyond(8.0) == 0.0
+
+
+def test_the_what_if_takes_the_wider_of_the_two_bands_edge_by_edge() -> None:
+    def done(low: float | None, high: float | None, held_low: float | None, held_high: float | None) -> Prediction:
+        return Prediction(engine=model().engine, levels=[], plateau=None, knee=None, plateau_low=low,
+                          plateau_high=high, held_out_low=held_low, held_out_high=held_high)
+
+    assert _wider_band(done(950.0, 1050.0, 900.0, 1100.0)) == (900.0, 1100.0)
+    assert _wider_band(done(850.0, 1050.0, 900.0, 1020.0)) == (850.0, 1050.0)
+    assert _wider_band(done(950.0, 1050.0, None, None)) == (950.0, 1050.0)
+    assert _wider_band(done(None, None, 900.0, 1100.0)) == (900.0, 1100.0)
+    assert _wider_band(done(950.0, 1050.0, 400.0, None)) == (400.0, None)   # the held-out error passed 100 %
+    assert _wider_band(done(None, None, None, None)) == (None, None)
 
 
 def level_at(concurrency: int, decoding: float) -> LevelResult:

@@ -243,7 +243,8 @@ def _best(done: Prediction) -> PredictedLevel:
 
 async def twin_what_if(model: CalibratedModel, verdict: Verdict, workload: WorkloadSpec, source: str) -> Verdict:
     """The cap what-if from the calibrated twin instead of the TPOT slope: the twin with the cap doubled, at
-    twice and four times the cap; unchanged when the verdict names no cap. When the KV cache is known only
+    twice and four times the cap, with the wider of the prediction's two bands; unchanged when the verdict
+    names no cap. When the KV cache is known only
     as a lower bound the answer is a range: that cache, and one large enough for the doubled cap."""
     cap = verdict.estimated_cap
     if not cap or "admission_cap" not in (verdict.constraint, verdict.secondary):
@@ -253,14 +254,15 @@ async def twin_what_if(model: CalibratedModel, verdict: Verdict, workload: Workl
     if model.kv_source == "server":
         done = await predict(model, workload, doubled, concurrencies=grid)
         best = _best(done)
-        band = (f" (band {done.plateau_low:,.0f} to {done.plateau_high:,.0f})"
-                if done.plateau_low is not None and done.plateau_high is not None else "")
+        low, high = _wider_band(done)
+        band = (f" (band {low:,.0f} to {high:,.0f})" if low is not None and high is not None
+                else f" (at least {low:,.0f}: its held-out error, widened for the batch, passes 100 %)"
+                if low is not None else "")
         text = (f"the calibrated twin with the cap at {2 * cap} gives ~{best.output_throughput:,.0f} tok/s{band}, "
                 f"decoding ~{best.decoding:,.0f} at TPOT p50 {best.tpot_p50_ms or 0:,.0f} ms")
         return msgspec.structs.replace(verdict, predicted_throughput_doubled_cap=best.output_throughput,
                                        what_if_batch=best.decoding, what_if=[text, *verdict.what_if],
-                                       what_if_model=model_name, what_if_low=done.plateau_low,
-                                       what_if_high=done.plateau_high)
+                                       what_if_model=model_name, what_if_low=low, what_if_high=high)
     seen = _best(await predict(model, workload, doubled, concurrencies=grid, band=False))
     room = 2 * cap * (workload.input_len + workload.output_len)
     roomy_kv = Settings(max_num_seqs=2 * cap, kv_tokens=max(room, model.engine.kv_tokens))
@@ -272,6 +274,15 @@ async def twin_what_if(model: CalibratedModel, verdict: Verdict, workload: Workl
     return msgspec.structs.replace(verdict, what_if=[text, *verdict.what_if], what_if_model=model_name,
                                    predicted_throughput_doubled_cap=None, what_if_batch=None, what_if_low=None,
                                    what_if_high=None)
+
+
+def _wider_band(done: Prediction) -> tuple[float | None, float | None]:
+    """The wider of a prediction's two bands, edge by edge: the fit's standard errors and its held-out error
+    (widened where the batch reaches past the calibrated ones). No upper edge where the held-out one has none."""
+    lows = [x for x in (done.plateau_low, done.held_out_low) if x is not None]
+    highs = [x for x in (done.plateau_high, done.held_out_high) if x is not None]
+    unbounded = done.held_out_low is not None and done.held_out_high is None
+    return (min(lows) if lows else None), (None if unbounded or not highs else max(highs))
 
 
 def _lengths(run_dir: Path, attempts: dict[str, int]) -> Lengths:

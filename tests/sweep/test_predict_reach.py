@@ -7,7 +7,7 @@ import pytest
 from plateau_bench.answers import CalibratedModel, CrossValidation, EngineModel, LevelFit, Parameter, Prediction
 from plateau_bench.result import LevelResult, Plateau
 from plateau_bench.spec import WorkloadSpec
-from plateau_bench.sweep.predict import _extrapolation, _held_out_band, _wider_band, held_out_basis
+from plateau_bench.sweep.predict import _extrapolation, _held_out_band, _wider_band, held_out_basis, model_line
 
 from support.builders import level_result
 
@@ -88,6 +88,11 @@ def test_the_fold_rate_is_the_error_over_its_doublings() -> None:
     assert cv.per_doubling() == pytest.approx(0.06)
     assert cv.beyond(8.0) == pytest.approx(0.18) and cv.beyond(1.0) == 0.0 and cv.beyond(0.5) == 0.0
     assert CrossValidation().per_doubling() is None and CrossValidation().beyond(8.0) == 0.0
+
+
+def test_the_model_line_gives_the_folds_rate_where_there_is_one() -> None:
+    assert model_line(model(fold=(16.0, 2.0, -0.1))).endswith("; past the calibrated batches, 10.0% more per doubling")
+    assert "per doubling" not in model_line(model())
 
 
 def test_the_what_if_takes_the_wider_of_the_two_bands_edge_by_edge() -> None:

@@ -53,6 +53,9 @@ def model_line(model: CalibratedModel) -> str:
     error = (f"; each level held out in turn: TPOT within {cv.median_abs_error:.1%} (median), worst "
              f"{cv.worst_error:+.1%}" if cv is not None and cv.median_abs_error is not None
              and cv.worst_error is not None else "; not cross-validated (too few levels)")
+    rate = cv.per_doubling() if cv is not None else None
+    if rate is not None:
+        error += f"; past the calibrated batches, {rate:.1%} more per doubling"
     return (f"the twin calibrated on {', '.join(model.sources)}: {engine_config(model.engine).step.describe()}"
             f"{error}")
 

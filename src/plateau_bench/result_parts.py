@@ -174,6 +174,8 @@ class WarmLevelInfo(msgspec.Struct, frozen=True, kw_only=True):
     carried_in: int = 0            # requests sent in an earlier level that ended in this one (in its records)
     carried_out: int = 0           # in flight when its window closed: their tokens until then are in it
     waves: bool = False            # first tokens came in waves: the batches held whole waves
+    drained_s: float = 0.0         # after its close, the sweep's end drained its last requests (in its
+                                   # benchmark_s; the verdict had stood at the close)
 
 
 class SearchSettings(msgspec.Struct, frozen=True, kw_only=True):

@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from plateau_bench.result import LevelResult, ResultFile, Verdict
+from plateau_bench.result import LevelResult, ResultFile, Verdict, WarmLevelInfo
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.sim.runner import VirtualLevelRunner
 from plateau_bench.spec import WorkloadSpec
@@ -46,7 +46,9 @@ def test_a_warm_sweep_loses_no_request_and_counts_each_once(tmp_path: Path) -> N
     last = saved.levels[-1]
     assert any("drained after the sweep" in n for n in last.notes)
     assert saved.time_to_verdict_s is not None and saved.benchmark_seconds is not None
-    assert 0 < saved.time_to_verdict_s <= saved.benchmark_seconds
+    # the verdict stood at the last level's close, before the sweep's end drained its requests
+    assert last.warm is not None and last.warm.drained_s > 0
+    assert 0 < saved.time_to_verdict_s <= saved.benchmark_seconds - last.warm.drained_s
     assert saved.verdict is not None and saved.verdict.constraint == "admission_cap"
     assert saved.verdict.estimated_cap == 32
 
@@ -84,6 +86,13 @@ def test_time_to_verdict_is_the_time_until_the_verdict_never_changed_again() -> 
     assert time_to_verdict(result) == 40.0
     result.levels[-1] = msgspec.structs.replace(result.levels[-1], verdict_then="compute")
     assert time_to_verdict(result) is None          # the last level's verdict is not the one concluded
+    drained = WarmLevelInfo(from_concurrency=8, settled_s=1.0, dropped_s=0.0, drained_s=4.0)
+    result.levels[-1] = msgspec.structs.replace(result.levels[-1], verdict_then="admission_cap at 32", warm=drained)
+    assert time_to_verdict(result) == 40.0          # the drain at the end came after the verdict stood
+    result.levels = [*result.levels[:4], msgspec.structs.replace(result.levels[-1], verdict_then="compute")]
+    result.levels.append(level("C=32", 10, "admission_cap at 32"))
+    result.levels[-1].warm = drained
+    assert time_to_verdict(result) == 56.0          # it stood at C=32's close: 50 s before, 6 s of C=32
     result.levels = result.levels[:2]
     result.levels[0].verdict_then = None
     assert time_to_verdict(result) is None          # a level without its verdict: not known

@@ -8,8 +8,9 @@ place of what they had streamed by its close), so a request that failed after th
 failed, not as throughput (their tokens until the close count as they did; see ``analysis.warm_level``).
 
 The verdict as it stood is kept on every level (``verdict_then``: the constraint, and the cap where the
-verdict names one), and the time to verdict is the benchmark-seconds up to the first level from which it
-never changed again.
+verdict names one, taken at the level's close), and the time to verdict is the benchmark-seconds up to the
+close of the first level from which it never changed again (the last level's drain, ``warm.drained_s``,
+comes after).
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ async def end_warm(runner: object, state: _Spent, last: WarmLast | None, *, drai
         benchmark_s=(last.run.benchmark_s or 0.0) + ended.seconds)
     rebuilt = build_level(run)
     rebuilt.attempt = level.attempt
+    if rebuilt.warm is not None:
+        rebuilt.warm = msgspec.structs.replace(rebuilt.warm, drained_s=ended.seconds)
     what = (f"{len(ended.records)} request(s) still streaming at the close drained after the sweep "
             f"({ended.seconds:.1f} s)" if ended.records else "")
     if ended.cancelled:
@@ -119,7 +122,9 @@ def verdict_now(plan: object, state: _State, engine: str | None) -> str | None:
 
 
 def time_to_verdict(result: ResultFile) -> float | None:
-    """Benchmark-seconds until the verdict first stood as it ended (None: no verdict, or none recorded)."""
+    """Benchmark-seconds until the verdict first stood as it ended (None: no verdict, or none recorded): up to
+    the close of the first level from which it never changed, so not the drain at the sweep's end, which
+    came after the verdict stood (``verdict_then`` is taken at the close) and only completes the records."""
     final = verdict_key(result.verdict)
     levels = result.levels
     if final is None or not levels or any(lv.verdict_then is None for lv in levels):
@@ -129,4 +134,5 @@ def time_to_verdict(result: ResultFile) -> float | None:
     first = len(levels) - 1
     while first > 0 and levels[first - 1].verdict_then == final:
         first -= 1
-    return sum(lv.benchmark_s or 0.0 for lv in levels[:first + 1])
+    drained = levels[first].warm.drained_s if levels[first].warm is not None else 0.0
+    return sum(lv.benchmark_s or 0.0 for lv in levels[:first + 1]) - drained

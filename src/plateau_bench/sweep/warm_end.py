@@ -134,5 +134,6 @@ def time_to_verdict(result: ResultFile) -> float | None:
     first = len(levels) - 1
     while first > 0 and levels[first - 1].verdict_then == final:
         first -= 1
-    drained = levels[first].warm.drained_s if levels[first].warm is not None else 0.0
+    warm = levels[first].warm
+    drained = warm.drained_s if warm is not None else 0.0
     return sum(lv.benchmark_s or 0.0 for lv in levels[:first + 1]) - drained

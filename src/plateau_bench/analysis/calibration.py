@@ -30,7 +30,10 @@ How far to trust it is measured, not assumed: every level's mean TPOT is predict
 without that level (leave one level out) and, with several sweeps, without its whole sweep (leave one
 sweep out); their median and worst errors are the calibration's error bar (``CrossValidation``). A fold
 whose remaining levels cannot be fitted (a single decoding batch left) predicts nothing and is not
-counted. The admission cap comes, sweep by sweep,
+counted. Neither shows how the fit carries past its widest batch, which every prediction at a larger cap
+asks of it: the extrapolation fold fits the levels up to half the widest decoding batch and predicts the
+wider ones, and its worst error per doubling of the batch widens the band of a prediction reaching further.
+The admission cap comes, sweep by sweep,
 from the diagnosis (or the server's stated limit), the KV capacity from ``/metrics`` (or, client
 alone, a lower bound: the most sequences seen decoding at once, at their full length), the policy
 from the engine (SGLang schedules prefill first).

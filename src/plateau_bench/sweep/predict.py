@@ -7,7 +7,9 @@ coefficient one standard error slower and one faster: the plateau a user should 
 between them when the fit's errors are the only ones (they are not when the engine does something
 the step model lacks, which the calibration's residuals show). A second, empirical band comes from
 the calibration's cross-validation: the plateau with every step as far off as the worst held-out TPOT
-(throughput moves inversely with the step time). A prediction beyond what was measured says how far:
+(throughput moves inversely with the step time), widened where the plateau's decoding batch reaches past
+the calibrated ones by the calibration's extrapolation fold (its own error per doubling of the batch past
+what it was fitted on, times the doublings). A prediction beyond what was measured says how far:
 a decoding batch or a context (prompt plus half the answer) larger or smaller than any level's.
 """
 
@@ -247,8 +249,8 @@ def _best(done: Prediction) -> PredictedLevel:
 async def twin_what_if(model: CalibratedModel, verdict: Verdict, workload: WorkloadSpec, source: str) -> Verdict:
     """The cap what-if from the calibrated twin instead of the TPOT slope: the twin with the cap doubled, at
     twice and four times the cap, with the wider of the prediction's two bands; unchanged when the verdict
-    names no cap. When the KV cache is known only
-    as a lower bound the answer is a range: that cache, and one large enough for the doubled cap."""
+    names no cap. When the KV cache is known only as a lower bound the answer is a range: that cache, and one
+    large enough for the doubled cap."""
     cap = verdict.estimated_cap
     if not cap or "admission_cap" not in (verdict.constraint, verdict.secondary):
         return verdict

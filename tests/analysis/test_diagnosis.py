@@ -530,3 +530,21 @@ def test_gpu_figures_reach_the_verdict() -> None:
     assert v.constraint == "admission_cap"
     assert v.gpu_evidence and any("39" in line for line in v.gpu_evidence), v.gpu_evidence
     assert diagnose(capped_levels()).gpu_evidence == []
+
+
+@pytest.mark.parametrize(("ci_rel", "constraint"), [(0.02, "kv_capacity"), (0.12, "admission_cap")])
+def test_a_fall_inside_the_levels_intervals_is_not_taken_for_the_caches_recomputation(ci_rel: float,
+                                                                                      constraint: str) -> None:
+    """Client alone, a cap whose last level reads 20 % below the plateau: with intervals of +-2 % the fall is
+    real and points at the cache; with +-12 % on each (a short level on a noisy server) the two intervals
+    overlap, and the cap stands."""
+    levels = capped_levels()
+    levels[-1].output_throughput *= 0.8
+    for lv in levels:
+        lv.throughput_ci_rel = ci_rel
+    v = diagnose(levels)
+    assert v.constraint == constraint, v
+    if constraint == "kv_capacity":
+        assert any("throughput falls" in e for e in v.evidence), v.evidence
+    else:
+        assert not any("throughput falls" in e for e in [*v.evidence, *v.secondary_evidence])

@@ -15,7 +15,8 @@ Client alone (each sign is also produced by something else, so they are weighed 
   so TPOT is the same for all; a preempted request waits in the queue and is recomputed, and its TPOT
   carries that wait.
 * **thrash**: throughput *falls* as concurrency grows (>= 15 % on steady windows, >= 50 % on whole-level
-  ones): more requests, more preemption, more recomputation. A cap or a compute limit keeps it flat.
+  ones, and beyond both levels' intervals): more requests, more preemption, more recomputation. A cap or a
+  compute limit keeps it flat.
 * **stalls**: an inter-token gap hundreds of times the median (the recompute wait, seen in chunk times).
 * **sag**: requests queue (the most decoding at once stays well below C) yet the time-average batch
   sits far below its own peak, and the peak moves between levels: no fixed cap holds it.
@@ -93,10 +94,18 @@ def _thrash(s: Sweep) -> str | None:
         steady = lv.mode == "steady" and "whole level" not in lv.window_note
         if not steady and s.prefill_share >= 0.5:
             continue
-        if best.output_throughput >= (1.15 if steady else 1.5) * lv.output_throughput:
+        if best.output_throughput >= (1.15 if steady else 1.5) * lv.output_throughput and _apart(best, lv):
             return (f"throughput falls as concurrency grows: {best.output_throughput:,.0f} tok/s at C={conc(best)}, "
                     f"{lv.output_throughput:,.0f} at C={conc(lv)} (preemption and recomputation)")
     return None
+
+
+def _apart(best: LevelResult, lv: LevelResult) -> bool:
+    """The two levels' 95 % intervals do not overlap. A fall inside them is within what each level's own
+    measurement allows (a short level on a noisy server), and the cache's recomputation is not the only
+    reading of it. Levels without an interval (burst) are taken at their figures."""
+    return (best.output_throughput * (1 - (best.throughput_ci_rel or 0.0))
+            > lv.output_throughput * (1 + (lv.throughput_ci_rel or 0.0)))
 
 
 def _spread(lv: LevelResult) -> float:

@@ -532,19 +532,36 @@ def test_gpu_figures_reach_the_verdict() -> None:
     assert diagnose(capped_levels()).gpu_evidence == []
 
 
-@pytest.mark.parametrize(("ci_rel", "constraint"), [(0.02, "kv_capacity"), (0.12, "admission_cap")])
-def test_a_fall_inside_the_levels_intervals_is_not_taken_for_the_caches_recomputation(ci_rel: float,
-                                                                                      constraint: str) -> None:
-    """Client alone, a cap whose last level reads 20 % below the plateau: with intervals of +-2 % the fall is
-    real and points at the cache; with +-12 % on each (a short level on a noisy server) the two intervals
-    overlap, and the cap stands."""
+def _falling_cap(ci_rel: float, spread: float) -> list[LevelResult]:
+    """Client alone, a cap of 256 whose last level reads 20 % below the plateau, every level's interval
+    ``ci_rel`` and the top levels' TPOT p99 ``spread`` times the median."""
     levels = capped_levels()
     levels[-1].output_throughput *= 0.8
     for lv in levels:
         lv.throughput_ci_rel = ci_rel
-    v = diagnose(levels)
+    for lv in levels[-3:]:
+        lv.tpot_ms = Latency(mean=lv.tpot_ms.mean, p50=lv.tpot_ms.p50, p99=(lv.tpot_ms.p50 or 0) * spread)
+    return levels
+
+
+@pytest.mark.parametrize(("ci_rel", "constraint"), [(0.02, "kv_capacity"), (0.12, "admission_cap")])
+def test_a_fall_inside_the_levels_intervals_is_not_taken_for_the_caches_recomputation(ci_rel: float,
+                                                                                      constraint: str) -> None:
+    """With intervals of +-2 % the fall (and a TPOT spread of 1.35x) points at the cache; with +-12 % on each
+    (a short level on a noisy server) the two intervals overlap: no fall is read, and the cap stands."""
+    v = diagnose(_falling_cap(ci_rel, spread=1.35))
     assert v.constraint == constraint, v
     if constraint == "kv_capacity":
         assert any("throughput falls" in e for e in v.evidence), v.evidence
     else:
         assert not any("throughput falls" in e for e in [*v.evidence, *v.secondary_evidence])
+
+
+def test_a_fall_no_request_shows_a_preemption_in_leaves_the_cap_first() -> None:
+    """The same fall with every request at one pace (TPOT p99 = p50, no stall): a preempted request waits for
+    its recompute while the others decode, so the cache's fall would spread TPOT. The cap is named first, the
+    cache second, with the sweep that separates them."""
+    v = diagnose(_falling_cap(0.02, spread=1.0))
+    assert (v.constraint, v.estimated_cap, v.confidence, v.secondary) == ("admission_cap", 256, "medium",
+                                                                         "kv_capacity"), v
+    assert any("throughput falls" in e for e in v.secondary_evidence), v.secondary_evidence

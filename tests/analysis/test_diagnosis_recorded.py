@@ -1,0 +1,30 @@
+"""Verdicts on sweeps recorded against real servers, re-diagnosed by the command a user runs.
+
+``tests/data/real/llamacpp-parallel-6-client-only``: a default sweep (``--input-len 32 --output-len 64
+--max-concurrency 48 --no-metrics``) of llama.cpp's ``llama-server --parallel 6`` on the suite's mid GGUF, one
+thread, on two cores shared with the client. Its throughput fell 13 % past the knee (475 tok/s at C=8, 412 at
+C=32, intervals apart) while every request kept one pace (TPOT p99 1.1x its median): the client taking the
+server's cores, not a cache recomputing preempted requests, which would spread TPOT.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from plateau_bench.result import Verdict
+
+from support.loading import Cli
+
+REAL = Path(__file__).resolve().parents[1] / "data" / "real"
+
+
+def test_a_fall_without_a_preemptions_wait_leaves_the_real_llamacpp_cap_first(cli: Cli) -> None:
+    result = cli("diagnose", str(REAL / "llamacpp-parallel-6-client-only"), "--json")
+    assert result.exit_code == 0, result.output
+    verdict = msgspec.json.decode(result.output, type=dict[str, object])["verdict"]
+    v = msgspec.convert(verdict, type=Verdict)
+    assert (v.constraint, v.estimated_cap, v.secondary) == ("admission_cap", 6, "kv_capacity"), v
+    assert any("throughput falls" in e for e in v.secondary_evidence), v.secondary_evidence
+    assert any("enable /metrics" in t for t in v.to_separate), v.to_separate

@@ -223,6 +223,8 @@ class LevelResult(msgspec.Struct, kw_only=True):
     http_statuses: dict[str, int] = msgspec.field(default_factory=dict)   # status -> failed requests with it
     retry_after_s_max: float | None = None   # the longest Retry-After the server asked for
     dominant_error: str | None = None
+    error_details: dict[str, int] = msgspec.field(default_factory=dict)   # the most common messages of the
+                                   # failed requests (the server's own where it sent one), shortened -> count
     level_failed: bool = False
     token_mismatches: int = 0      # requests whose usage report claimed more tokens than streamed
     duration_s: float = 0.0        # length of the measurement window

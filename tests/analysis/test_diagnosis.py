@@ -303,6 +303,25 @@ def test_the_advice_fits_the_failure_class(errors: dict[str, int], headline: str
     assert advice in v.suggestions[0] and not any("rate limit" in s for s in v.suggestions)
 
 
+@pytest.mark.parametrize(("errors", "said", "advice"), [
+    ({"server_error_event": 6}, "Context size has been exceeded.", "runs out of room for the requests' tokens"),
+    ({"http_5xx": 6}, "CUDA out of memory. Tried to allocate 2.00 GiB", "runs out of room for the requests' tokens"),
+    ({"server_error_event": 6}, "upstream worker restarted", "reports errors inside its streams"),
+    ({"http_4xx": 6}, "This model's maximum context length is 2048 tokens", "refuses the requests themselves"),
+])
+def test_the_verdict_quotes_what_the_failed_requests_said(errors: dict[str, int], said: str, advice: str) -> None:
+    """The server's own message is evidence; one saying it ran out of room under load (context, KV cache,
+    memory) gets the advice for that. A 4xx about the context is the request's length, not the load."""
+    levels = [level(c, 100.0 * c, dec=c, peak=c, ttft=30, tpot=10) for c in (1, 2, 4, 8)]
+    levels += [level(c, 900.0, dec=8, peak=8, ttft=30, tpot=10, failed=6, errors=errors) for c in (16, 32)]
+    for lv in levels[-2:]:
+        lv.error_details = {said: 6}
+    v = diagnose(levels)
+    assert v.constraint == "errors"
+    assert f"the failed requests said: '{said}' x12" in v.evidence, v.evidence
+    assert advice in v.suggestions[0], v.suggestions
+
+
 def test_not_saturated_keeps_going() -> None:
     v = diagnose([level(c, 100.0 * c, dec=c, peak=c, ttft=30, tpot=10) for c in (1, 2, 4, 8)])
     assert v.constraint == "not_saturated"

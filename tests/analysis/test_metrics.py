@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from plateau_bench.analysis.metrics import (
+    DETAIL_CHARS,
+    DETAILS_KEPT,
     Window,
     batch_throughputs,
     compute_level,
@@ -84,6 +86,17 @@ def test_errors_counted_and_level_failed_by_majority() -> None:
     assert lv.errors == {"http_429": 3}
     assert lv.dominant_error == "http_429"
     assert lv.level_failed
+
+
+def test_a_level_keeps_its_failed_requests_most_common_messages_shortened() -> None:
+    ok = rec(0, 0, [10, 20])
+    said = ["Context size has been exceeded."] * 3 + ["x" * 400] + ["a", "b"]
+    bad = [msgspec.structs.replace(rec(i, 0, [], error="server_error_event", worker=i), error_detail=d)
+           for i, d in enumerate(said, start=1)]
+    lv = compute_level([ok, *bad], label="C=8", mode="burst", concurrency=8)
+    assert next(iter(lv.error_details.items())) == ("Context size has been exceeded.", 3)
+    assert len(lv.error_details) == DETAILS_KEPT
+    assert all(len(m) <= DETAIL_CHARS for m in lv.error_details)
 
 
 def test_warmup_records_are_ignored() -> None:

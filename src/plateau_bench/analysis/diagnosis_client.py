@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 
@@ -179,6 +180,19 @@ def _kinds(levels: Sequence[LevelResult]) -> str:
     return ", ".join(f"{n} {_KINDS.get(k, k)}" for k, n in seen.most_common())
 
 
+# A failure message saying the server ran out of room for the requests' tokens (llama.cpp's "Context size has
+# been exceeded", a KV cache with no free block, CUDA out of memory): load-related, and cured by more room.
+_OUT_OF_ROOM = re.compile(r"context (size|length|window)|kv[ _-]?cache|out of memory|\boom\b|no free (block|slot)s?",
+                          re.IGNORECASE)
+
+
+def _said(levels: Sequence[LevelResult]) -> Counter[str]:
+    said: Counter[str] = Counter()
+    for lv in levels:
+        said.update(lv.error_details)
+    return said
+
+
 def errors(levels: Sequence[LevelResult]) -> Verdict | None:
     bad = [lv for lv in levels if lv.num_requests and lv.failed / lv.num_requests >= 0.05]
     if not bad:
@@ -189,6 +203,9 @@ def errors(levels: Sequence[LevelResult]) -> Verdict | None:
           f"(mostly {_KINDS.get(first.dominant_error or '', first.dominant_error)})",
           f"worst at {at(worst)}: {worst.failed / worst.num_requests:.0%} failed",
           f"failures seen: {_kinds(bad)}"]
+    said = _said(bad)
+    if said:
+        ev.append("the failed requests said: " + "; ".join(f"'{m}' x{n}" for m, n in said.most_common(3)))
     hung = sum(lv.hung for lv in bad)
     if hung:
         ev.append(f"{hung} request(s) hung: still unanswered after the level's grace period")
@@ -214,7 +231,8 @@ def errors(levels: Sequence[LevelResult]) -> Verdict | None:
     retry = max((lv.retry_after_s_max for lv in bad if lv.retry_after_s_max is not None), default=None)
     if retry is not None:
         ev.append(f"the server asked clients to retry after up to {retry:g} s (Retry-After)")
-    suggestions = [_advice(kinds, first, at(first)), "check the server log for the rejected or unanswered requests"]
+    suggestions = [_advice(kinds, first, at(first), said),
+                   "check the server log for the rejected or unanswered requests"]
     return Verdict(
         "errors", f"{what} from {at(first)}" + (f" ({named})" if named else "")
         + (f"; {hung} hung" if hung and first.dominant_error != "hung" else ""),
@@ -222,9 +240,16 @@ def errors(levels: Sequence[LevelResult]) -> Verdict | None:
         else "medium", ev, suggestions=suggestions)
 
 
-def _advice(kinds: set[str], first: LevelResult, where: str) -> str:
-    """What to do about the failures, by their class (a protocol error is not cured by rate limits)."""
+def _advice(kinds: set[str], first: LevelResult, where: str, said: Counter[str]) -> str:
+    """What to do about the failures, by their class (a protocol error is not cured by rate limits) and, for a
+    server failing under load, by what it said."""
     dominant = first.dominant_error or ""
+    room = next((m for m, _ in said.most_common() if _OUT_OF_ROOM.search(m)), None)
+    if room is not None and dominant in ("server_error_event", "http_5xx"):
+        return (f"the server runs out of room for the requests' tokens from {where} ('{room}'): give its KV cache "
+                "more (llama.cpp --ctx-size, split across --parallel slots unless --kv-unified; vLLM "
+                "--gpu-memory-utilization; SGLang --mem-fraction-static), send shorter requests, or keep "
+                f"concurrency below {where}")
     if "http_429" in kinds:
         return (f"the server (or a gateway before it) rejects load above its limit: raise the rate or queue limit, "
                 f"or keep concurrency below {where}")

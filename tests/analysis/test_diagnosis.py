@@ -584,3 +584,17 @@ def test_a_fall_no_request_shows_a_preemption_in_leaves_the_cap_first() -> None:
     assert (v.constraint, v.estimated_cap, v.confidence, v.secondary) == ("admission_cap", 256, "medium",
                                                                          "kv_capacity"), v
     assert any("throughput falls" in e for e in v.secondary_evidence), v.secondary_evidence
+
+
+def test_a_cache_that_preempts_half_its_requests_binds_before_the_cap_it_pins() -> None:
+    """vLLM-CPU with eight KV blocks: running pinned at 5, 0.98 preemptions per request, usage 89 % on average
+    (preemption frees blocks): a cap never preempts, so the cache is named first."""
+    levels = capped_levels(cap=5, telemetry=True)[:7]
+    for lv in levels:
+        b = min(lv.concurrency, 5)
+        lv.telemetry = ServerTelemetry(running_max=float(b), running_mean=b * 0.9, waiting_mean=float(max(
+            lv.concurrency - 5, 0)), kv_usage_mean=0.89 if lv.concurrency >= 5 else 0.3,
+            kv_usage_max=1.0 if lv.concurrency >= 5 else 0.4,
+            preemptions_delta=float(lv.completed) if lv.concurrency >= 5 else 0.0)
+    v = diagnose(levels, engine="vllm")
+    assert (v.constraint, v.secondary) == ("kv_capacity", "admission_cap"), v

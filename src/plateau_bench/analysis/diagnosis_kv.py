@@ -45,6 +45,7 @@ from plateau_bench.result import LevelResult
 
 KV_FULL_MEAN = 0.85
 KV_FULL_PEAK = 0.95
+THRASHING = 0.5     # preemptions per completed request on the plateau: the cache binds, not a cap
 LOW_HIT_RATE = 0.2   # multi-turn history found cached less often than this: the cache is off or too small
 
 
@@ -72,7 +73,10 @@ class KvSign:
     def dominant(self) -> bool:
         """The server says the cache, not a slot limit, is what requests wait for most of the time."""
         mean = self.kv_mean if self.kv_mean is not None else (self.kv_max or 0.0)
-        return self.full and (self.blocked or (mean >= 0.9 and self.preemptions > 0) or mean >= KV_FULL_PEAK)
+        # A cap never preempts: half the requests evicted and recomputed is the cache binding, whatever its
+        # time-average (preemption frees blocks, so a thrashing cache averaged 89 % on a real vLLM).
+        return self.full and (self.blocked or (mean >= 0.9 and self.preemptions > 0) or mean >= KV_FULL_PEAK
+                              or self.per_request >= THRASHING)
 
     def server_evidence(self) -> list[str]:
         ev = []

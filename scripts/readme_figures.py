@@ -203,6 +203,8 @@ BLOCKS = {
               loose=(("wall time for this case", 1e9, 1e9),)),  # real time, machine-dependent: not compared
         Block("published", "bench/published.py: the first-principles twin against published measurements "
               "(virtual time, ~1 min)", rel=0.01, abs=0.01, slow=True),
+        Block("published-pooled", "bench/published.py --pooled: the same, every table's figures pooled "
+              "(virtual time, ~1 min)", rel=0.01, abs=0.01, slow=True),
         Block("gauntlet", "bench/gauntlet.py: the diagnosis scored against the engine's ground truth (~2 min)",
               rel=0.01, abs=0.01, slow=True, loose=(("s of wall time", 1e9, 1e9),)),  # real time: not compared
         Block("gauntlet-warm", "bench/gauntlet.py --warm-levels: the same scenarios swept with warm levels (~2 min)",

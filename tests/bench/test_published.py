@@ -100,6 +100,11 @@ def test_trtllm_bench_sizes_the_batch_and_the_step_to_the_kv_cache() -> None:
     # 300 requests -> 384; 300 x (1 + 2048/128) = 5,100 tokens -> a multiple of 512
     assert limits.trtllm_bench_limits(300 * 2176, 2048, 128) == (384, 5120)
     assert limits.limits(None, 1e6, 128, 128) is None
+    # the engine runs no more than fit when each reserves its whole prompt and answer (GUARANTEED_NO_EVICT):
+    # 2,176 tokens = 136 blocks of 16 -> 508 of the 1,106,624 tokens' 69,164 blocks, below the rule's 512
+    assert limits.reserved_fit(1_106_624, 128, 2048, 16) == 508
+    assert limits.limits("trtllm-bench", 1_106_624, 128, 2048, block_size=16) == (508, 2048)
+    assert limits.limits("trtllm-bench", 1_106_624, 128, 128, block_size=16) == (4096, 8192)   # 4,322 fit
     with pytest.raises(ValueError, match="no scheduler rule named 'sglang'"):
         limits.limits("sglang", 1e6, 128, 128)
 
@@ -110,9 +115,30 @@ def test_a_table_run_by_trtllm_bench_gets_its_rule_and_its_labelled_kv_cache() -
     assert table.kv_dtype_for_twin() == "fp8" and "kv_cache_quant_algo" in table.bench_assumptions.why
     row = next(r for r in table.rows if r.where == "row 128/2048")
     config = published.engine_for(table, row, published.measured_efficiency())
-    expected = script("bench/engine_limits.py").trtllm_bench_limits(config.kv_tokens, 128, 2048)
+    expected = script("bench/engine_limits.py").limits("trtllm-bench", config.kv_tokens, 128, 2048,
+                                                        block_size=config.block_size)
     assert (config.max_num_seqs, config.max_num_batched_tokens) == expected
-    assert TABLES[NIM].kv_dtype_for_twin() == "bf16"   # nothing stated, nothing assumed: the roofline's default
+    nim = TABLES[NIM]   # not stated either: an assumption, labelled, with its sources
+    assert nim.settings.kv_dtype is None and nim.bench_assumptions is not None
+    assert nim.kv_dtype_for_twin() == "fp8" and "Little's law" in nim.bench_assumptions.why
+    bare = msgspec.structs.replace(nim, bench_assumptions=None)
+    assert bare.kv_dtype_for_twin() == "bf16"   # nothing stated, nothing assumed: the roofline's default
+
+
+def test_the_pooled_figure_is_every_table_s_other_rows_on_throughput_and_tpot() -> None:
+    table = TABLES[NIM]
+    rows = [published.RowResult(r, {"output_throughput": 100.0, "tpot_ms": 10.0, "ttft_ms": 1.0},
+                                {"output_throughput": 100.0 * (1 + i / 10)},
+                                {"output_throughput": 100.0 * (1 - i / 100), "tpot_ms": 10.0 * (1 + i / 20),
+                                 "ttft_ms": 9.0})
+            for i, r in enumerate(table.rows[:4])]
+    res = published.TableResult(table, published.Calibrated(published.measured_efficiency(), None, ""), rows)
+    # row 0 calibrated: rows 1-3 count, TTFT never does; after: tok/s 1, 2, 3 %, TPOT 5, 10, 15 %
+    median, worst, n = published.pooled([res], "after")
+    assert n == 6 and median == pytest.approx(0.04) and worst == pytest.approx(0.15)
+    assert published.pooled([res], "before")[1:] == (pytest.approx(0.3), 3)
+    assert "every modelled table (6 figures) | tok/s and TPOT | 20% / 30% | 4% / 15% |" in \
+        "\n".join(published.markdown([res], []))
 
 
 def test_one_figure_calibrates_the_resource_that_binds_it() -> None:

@@ -13,10 +13,8 @@ to 128 below 1,024; else to 256); the step's token budget is that batch x (1 + i
 
 TensorRT-LLM admits a request only when the KV cache can hold its whole prompt and answer at once
 (its default capacity policy, ``GUARANTEED_NO_EVICT``, documented in its ``SchedulerConfig`` and runtime-
-options pages): it never preempts, and it runs no more requests than fit at full length. With the rows'
-fixed lengths that is a cap of ``kv_tokens / (input + output)`` requests in whole blocks
-(``reserved_fit``), which a twin that allocates as it decodes (and preempts when full) must be given; the
-rule's batch is the smaller of the two.
+options pages): it never preempts, and it runs no more requests than fit at full length. The twin runs
+the same admission when told (``EngineConfig.reserve_kv``, ``sim --reserve-kv``): ``reserves_kv(rule)``.
 
 A table whose tool has no rule here keeps the twin's defaults (vLLM's: 256 sequences, 8,192 tokens).
 """
@@ -44,18 +42,15 @@ def trtllm_bench_limits(kv_tokens: float, input_len: int, output_len: int, pp: i
     return max_batch, max_tokens
 
 
-def reserved_fit(kv_tokens: float, input_len: int, output_len: int, block_size: int) -> int:
-    """How many requests of these lengths run at once when each reserves its whole prompt and answer
-    in whole KV blocks on admission (TensorRT-LLM's default capacity policy, GUARANTEED_NO_EVICT)."""
-    return max(1, int(kv_tokens // (_round_up(input_len + output_len, block_size))))
+def reserves_kv(rule: str | None) -> bool:
+    """Whether the engine the rule's tool runs admits a request only when it fits at full length."""
+    return rule == "trtllm-bench"
 
 
-def limits(rule: str | None, kv_tokens: float, input_len: int, output_len: int, pp: int = 1,
-           block_size: int = 16) -> tuple[int, int] | None:
+def limits(rule: str | None, kv_tokens: float, input_len: int, output_len: int, pp: int = 1) -> tuple[int, int] | None:
     """The rule's (max sequences, max batched tokens) for one row, or None for the twin's defaults."""
     if rule == "trtllm-bench":
-        batch, tokens = trtllm_bench_limits(kv_tokens, input_len, output_len, pp)
-        return min(batch, reserved_fit(kv_tokens, input_len, output_len, block_size)), tokens
+        return trtllm_bench_limits(kv_tokens, input_len, output_len, pp)
     if rule is not None:
         raise ValueError(f"no scheduler rule named {rule!r} (known: {', '.join(RULES)})")
     return None

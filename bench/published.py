@@ -49,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import msgspec
-from engine_limits import limits
+from engine_limits import limits, reserves_kv
 from published_tables import ROOT, Row, Table, load_tables
 
 from plateau_bench.commands.roofline import roofline_from_options
@@ -112,13 +112,14 @@ def roofline_for(table: Table, row: Row) -> Roofline:
 
 
 def engine_for(table: Table, row: Row, efficiency: Efficiency, overhead_s: float | None = None) -> EngineConfig:
-    """The twin for one row: the roofline's engine at ``efficiency``, its limits by the table's tool's rule."""
+    """The twin for one row: the roofline's engine at ``efficiency``, its limits and admission by the table's
+    tool's rule."""
     assert row.input_len is not None and row.output_len is not None
     rf = roofline_for(table, row)
     config = engine_from_roofline(rf, efficiency, overhead_s)
     rule = table.bench_assumptions.scheduler if table.bench_assumptions else None
-    set_by_rule = limits(rule, config.kv_tokens, row.input_len, row.output_len, table.settings.pp or 1,
-                         config.block_size)
+    config = msgspec.structs.replace(config, reserve_kv=reserves_kv(rule))
+    set_by_rule = limits(rule, config.kv_tokens, row.input_len, row.output_len, table.settings.pp or 1)
     if set_by_rule is None:
         return config
     seqs, tokens = set_by_rule

@@ -100,11 +100,8 @@ def test_trtllm_bench_sizes_the_batch_and_the_step_to_the_kv_cache() -> None:
     # 300 requests -> 384; 300 x (1 + 2048/128) = 5,100 tokens -> a multiple of 512
     assert limits.trtllm_bench_limits(300 * 2176, 2048, 128) == (384, 5120)
     assert limits.limits(None, 1e6, 128, 128) is None
-    # the engine runs no more than fit when each reserves its whole prompt and answer (GUARANTEED_NO_EVICT):
-    # 2,176 tokens = 136 blocks of 16 -> 508 of the 1,106,624 tokens' 69,164 blocks, below the rule's 512
-    assert limits.reserved_fit(1_106_624, 128, 2048, 16) == 508
-    assert limits.limits("trtllm-bench", 1_106_624, 128, 2048, block_size=16) == (508, 2048)
-    assert limits.limits("trtllm-bench", 1_106_624, 128, 128, block_size=16) == (4096, 8192)   # 4,322 fit
+    # TensorRT-LLM admits only what fits at full length (GUARANTEED_NO_EVICT); the twin's default does not
+    assert limits.reserves_kv("trtllm-bench") and not limits.reserves_kv(None)
     with pytest.raises(ValueError, match="no scheduler rule named 'sglang'"):
         limits.limits("sglang", 1e6, 128, 128)
 
@@ -115,9 +112,9 @@ def test_a_table_run_by_trtllm_bench_gets_its_rule_and_its_labelled_kv_cache() -
     assert table.kv_dtype_for_twin() == "fp8" and "kv_cache_quant_algo" in table.bench_assumptions.why
     row = next(r for r in table.rows if r.where == "row 128/2048")
     config = published.engine_for(table, row, published.measured_efficiency())
-    expected = script("bench/engine_limits.py").limits("trtllm-bench", config.kv_tokens, 128, 2048,
-                                                        block_size=config.block_size)
-    assert (config.max_num_seqs, config.max_num_batched_tokens) == expected
+    expected = script("bench/engine_limits.py").trtllm_bench_limits(config.kv_tokens, 128, 2048)
+    assert (config.max_num_seqs, config.max_num_batched_tokens) == expected and config.reserve_kv
+    assert not published.engine_for(TABLES[NIM], TABLES[NIM].rows[0], published.measured_efficiency()).reserve_kv
     nim = TABLES[NIM]   # not stated either: an assumption, labelled, with its sources
     assert nim.settings.kv_dtype is None and nim.bench_assumptions is not None
     assert nim.kv_dtype_for_twin() == "fp8" and "Little's law" in nim.bench_assumptions.why

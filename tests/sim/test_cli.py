@@ -39,11 +39,12 @@ def test_sim_takes_the_servers_engine_flags_and_its_result_reads_back(cli: Cli, 
     make (nested and text ones included) are saved so that the result loads again."""
     out = tmp_path / "sim"
     result = cli("sim", "--concurrency", "4", "--a-ms", "0.5", "--replicas", "2", "--balancer", "least-outstanding",
-                 "--no-prefix-cache", "--out", str(out))
+                 "--no-prefix-cache", "--reserve-kv", "--out", str(out))
     assert result.exit_code == 0, result.output
     overrides = load_summary(out)["spec"]["sim"]["overrides"]
     assert overrides["step.a"] == 0.0005 and overrides["replicas"] == 2
     assert overrides["balancer"] == "least_outstanding" and overrides["prefix_caching"] is False
+    assert overrides["reserve_kv"] is True
     assert [lv.concurrency for lv in load_levels(out)] == [4]
     shown = cli("report", str(out))
     assert shown.exit_code == 0, shown.output

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import math
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,7 +29,8 @@ def scenarios(draw: st.DrawFn) -> tuple[EngineConfig, LevelSpec, list[tuple[int,
         name="prop", step=StepModel(t0=draw(st.floats(1e-4, 1e-2)), a=draw(st.floats(0, 1e-3)),
                                     b=draw(st.floats(0, 1e-4)), c=draw(st.floats(0, 1e-6))),
         max_num_seqs=cap, max_num_batched_tokens=draw(st.integers(cap, cap + 96)),
-        kv_tokens=kv_blocks * block, block_size=block, policy=draw(st.sampled_from(["mixed", "prefill_first"])))
+        kv_tokens=kv_blocks * block, block_size=block, policy=draw(st.sampled_from(["mixed", "prefill_first"])),
+        reserve_kv=draw(st.booleans()))
     if draw(st.booleans()):
         level = LevelSpec(mode="burst", concurrency=draw(st.integers(1, 24)), num_requests=len(lengths))
     else:
@@ -57,10 +59,14 @@ def test_invariants(scenario: tuple[EngineConfig, LevelSpec, list[tuple[int, int
                 assert row.running == config.max_num_seqs
             elif row.blocked == "budget":
                 assert row.decode_seqs + row.prefill_tokens == config.max_num_batched_tokens
+            elif config.reserve_kv:   # held back by the running requests' promises: something runs
+                assert row.running > 0 and 0 < row.blocked_need <= config.num_gpu_blocks
             else:
                 assert row.kv_blocks_used + row.blocked_need > config.num_gpu_blocks
         if row.blocked == "preempted":
             assert row.preempted > 0
+        if config.reserve_kv:   # every admitted request fits at full length: nothing is ever preempted
+            assert row.preempted == 0
     assert len(result.records) == len(lengths)
     for record in result.records:
         assert record.ok
@@ -117,6 +123,30 @@ def test_cap_makes_waves() -> None:
         input_len=8, output_len=20))
     ends = sorted({r.end_ns for r in result.records})
     assert len(ends) == 3   # 12 requests through a cap of 4: three waves
+
+
+def test_reserved_kv_admits_only_what_fits_at_full_length_and_never_preempts() -> None:
+    # 100 blocks of 16; a request of 100 + 200 tokens holds 19 blocks at its longest: 5 fit at once
+    config = _config(max_num_seqs=64, max_num_batched_tokens=4096, kv_tokens=1600, prefix_caching=False)
+    level, workload = LevelSpec(mode="burst", concurrency=30), WorkloadSpec(input_len=100, output_len=200)
+    on_demand = simulate_level(config, level, workload, trace=True)
+    reserved = simulate_level(msgspec.structs.replace(config, reserve_kv=True), level, workload, trace=True)
+    # (docs/guides/simulated-engine.md quotes both counts)
+    assert on_demand.state.preemptions > 0 and max(r.running for r in on_demand.trace or []) == 14
+    assert reserved.state.preemptions == 0 and max(r.running for r in reserved.trace or []) == 5
+    assert all(r.output_tokens == 200 for r in reserved.records) and len(reserved.records) == 30
+
+
+def test_a_reservation_is_released_when_its_request_is_aborted() -> None:
+    engine = Engine(_config(max_num_seqs=64, max_num_batched_tokens=4096, kv_tokens=1600, reserve_kv=True))
+    requests = [engine.submit(100, 200) for _ in range(6)]
+    engine.run_until(0.05)
+    assert engine.state().running == 5 and engine.state().waiting == 1
+    engine.abort(requests[0])
+    engine.run_until(0.1)
+    assert engine.state().running == 5 and engine.state().waiting == 0   # the sixth took its place
+    engine.run()
+    assert all(r.end > 0 for r in requests[1:]) and engine.state().kv_blocks_used == 0 and engine.preemptions == 0
 
 
 def test_short_cache_preempts_and_still_delivers_everything() -> None:

@@ -62,6 +62,10 @@ class TwinEngineFlags(EngineSettings, frozen=True, kw_only=True):
         "one request at a time (default 0: no front end).", rich_help_panel=ENGINE)] = None
     no_prefix_cache: Annotated[bool, typer.Option("--no-prefix-cache", help="Turn off prefix caching (on by "
                                                   "default, as in vLLM).", rich_help_panel=ENGINE)] = False
+    reserve_kv: Annotated[bool, typer.Option(
+        "--reserve-kv", help="Admit a request only when its whole prompt and answer fit in the KV cache, and never "
+        "preempt (TensorRT-LLM's default, GUARANTEED_NO_EVICT; default: admit what fits now and preempt when the "
+        "cache fills, as vLLM and SGLang do).", rich_help_panel=ENGINE)] = False
 
     def configure(self, base: EngineConfig) -> EngineConfig:
         """``base`` (a preset or a derived engine) with these settings applied."""
@@ -76,6 +80,8 @@ class TwinEngineFlags(EngineSettings, frozen=True, kw_only=True):
             front_end_ms=self.front_end_ms)
         if self.no_prefix_cache:
             config = msgspec.structs.replace(config, prefix_caching=False)
+        if self.reserve_kv:
+            config = msgspec.structs.replace(config, reserve_kv=True)
         self.check()
         return config
 

@@ -281,7 +281,8 @@ def serve_sim_cmd(
     def ready(bound: int) -> None:
         faults = options.faults
         injected = f", faults {faults.spec()} (seed {options.faults_seed})" if faults and faults.any else ""
-        caching = "" if config.prefix_caching else ", prefix caching off"
+        caching = ("" if config.prefix_caching else ", prefix caching off") + (
+            ", KV reserved at full length" if config.reserve_kv else "")
         typer.echo(f"plateau serve-sim: preset {name} (model {config.model_name!r}) on http://{serving.host}:{bound}, "
                    f"speed x{serving.speed:g}{injected}{caching}; Ctrl-C to stop", err=True)
 

@@ -86,6 +86,7 @@ class Committer(PrefixCaching):
                 req.times.append(end)
             if sent >= req.output:
                 del running[req.rid]
+                self._unreserve(req)
                 self._blocks_used -= req.blocks if req.hashes is None else self._freed(req, req.blocks, computed)
                 finished.append(req)
                 continue
@@ -132,6 +133,8 @@ class Committer(PrefixCaching):
         left = 0
         key_sum = 0
         freed = 0
+        reserve = self._reserve
+        promised = 0                # the finished requests' reservations (reserve_kv), _full_blocks inlined
         while steps and steps[0] <= g:
             bucket = finishing.pop(heapq.heappop(steps))
             if len(bucket) > 1:
@@ -145,6 +148,8 @@ class Committer(PrefixCaching):
                 phase[key % bs] -= 1
                 key_sum += key
                 del running[req.rid]
+                if reserve:
+                    promised += -(-(req.prompt + req.output - 1) // bs)
                 if req.hashes is None:
                     freed += -(-(key + g) // bs)
                 else:
@@ -154,6 +159,7 @@ class Committer(PrefixCaching):
         self._n_decode -= left
         self._key_sum -= key_sum
         self._blocks_used -= freed
+        self._reserved -= promised
 
     def _record_steps(self, plan: StepPlan) -> None:
         """Per-step end times (chunk mode) and trace rows, for the ``k`` steps of a plan."""

@@ -13,6 +13,10 @@
   admitted, or a decode batch).
 * ``step``: the step-time model (``sim.step_model``); its per-slot cost ``s`` is paid for every slot of
   ``max_num_seqs`` (``step_at_cap``), as llama.cpp pays for every ``--parallel`` slot.
+* ``reserve_kv``: admit a request only when its whole prompt and answer fit in the KV cache beside
+  every running request's, so nothing is ever preempted (TensorRT-LLM's default capacity policy,
+  ``GUARANTEED_NO_EVICT``); off, the default, admits what the cache holds now and preempts the newest
+  when it fills (vLLM, SGLang).
 * ``front_end_ms_per_request``: CPU time the API server process (HTTP, tokenizer, detokenizer) spends
   on each request before it reaches the engine's queue, served one request at a time in arrival order
   (one process, one core). 0, the default, is no front end: requests reach the queue when sent.
@@ -46,6 +50,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     replicas: int = 1                  # data-parallel copies behind a balancer (``sim.replicas``)
     balancer: str = "round_robin"      # round_robin | least_outstanding
     front_end_ms_per_request: float = 0.0   # the API server's CPU per request, one at a time (0: none)
+    reserve_kv: bool = False           # admit only what fits at full length, never preempt (see the docstring)
 
     @property
     def step_at_cap(self) -> StepModel:

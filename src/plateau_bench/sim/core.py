@@ -67,6 +67,8 @@ class EngineCore:
         self._inflight: StepPlan | None = None
         self._cache = PrefixCache() if config.prefix_caching else None
         self._need = 0                                     # blocks a cached admission lacked
+        self._reserve = config.reserve_kv
+        self._reserved = 0                                 # reserve_kv: blocks promised to running requests
         # The front end (``config.front_end_ms_per_request``): one process serving requests in arrival
         # order, so a request leaves it at max(its arrival, the previous one's exit) + the cost.
         self._front_end_s = config.front_end_ms_per_request / 1e3
@@ -76,6 +78,15 @@ class EngineCore:
         self.preemptions = 0
         self.prompt_tokens_total = 0
         self.generation_tokens_total = 0
+
+    def _full_blocks(self, req: SimRequest) -> int:
+        """The blocks a request holds at its longest (its last token is never cached, as ``submit`` counts)."""
+        return -(-(req.prompt + req.output - 1) // self._bs)
+
+    def _unreserve(self, req: SimRequest) -> None:
+        """A running request leaves (finished, preempted, aborted): its promise is released."""
+        if self._reserve:
+            self._reserved -= self._full_blocks(req)
 
     def _counts(self) -> tuple[int, int]:
         """Running and waiting requests (waiting includes arrivals not yet pulled), as /metrics shows them.

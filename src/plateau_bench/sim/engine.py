@@ -143,10 +143,12 @@ class Engine(Scheduler, Committer):
             self._waiting.remove(req)
         elif state == PREFILL:
             del self._running[req.rid]
+            self._unreserve(req)
             self._prefilling.remove(req)
             self._blocks_used -= self._freed(req, req.blocks, req.computed)
         elif state == DECODE:
             del self._running[req.rid]
+            self._unreserve(req)
             computed = req.key + self._g
             self._leave_decode(req)
             freed = self._freed(req, -(-computed // self._bs), computed)

@@ -152,10 +152,17 @@ class Scheduler(PrefixCaching):
                 plan.blocked = "budget"
                 break
             req = waiting[0]
+            if self._reserve:   # the whole request must fit beside every running one's promise
+                full = self._full_blocks(req)
+                if self._reserved + full > self._num_blocks:
+                    plan.blocked, plan.blocked_need = "kv", full
+                    break
+                self._reserved += full
             if req.hashes is not None:
                 taken = self._admit_cached(req, budget, free)
                 if taken is None:
                     plan.blocked, plan.blocked_need = "kv", self._need
+                    self._unreserve(req)
                     break
                 chunk, blocks, hit = taken
                 plan.kv_read += hit
@@ -167,6 +174,7 @@ class Scheduler(PrefixCaching):
                 blocks = -(-chunk // bs)
                 if blocks > free:
                     plan.blocked, plan.blocked_need = "kv", blocks
+                    self._unreserve(req)
                     break
                 waiting.popleft()
                 req.computed = 0
@@ -237,6 +245,7 @@ class Scheduler(PrefixCaching):
 
     def _preempt(self, req: SimRequest) -> None:
         del self._running[req.rid]
+        self._unreserve(req)
         if req.state == DECODE:
             computed = req.key + self._g
             self._leave_decode(req)

@@ -126,9 +126,53 @@ def test_gauges_that_count_the_requests_overrule_the_split() -> None:
     assert diagnose(levels, engine="vllm").constraint != "front_end"
 
 
-def test_the_client_alone_cannot_place_the_queue() -> None:
-    # The same sweep without /metrics or a time split: a pinned batch with TTFT growing reads as a cap.
+def test_the_client_alone_without_the_prompts_cost_cannot_place_the_queue() -> None:
+    # The same sweep without /metrics, a time split or prompt lengths: a pinned batch with TTFT growing reads as a cap.
     assert diagnose(front_end_bound(metrics=False), engine="vllm").constraint != "front_end"
+
+
+PROMPT, OUTPUT = 1000, 100
+
+
+def _client_alone(front_end_ms: float, tpot_growth: float) -> list[LevelResult]:
+    """A stage costing ``front_end_ms`` per request, one at a time, ahead of an engine whose TPOT grows
+    ``tpot_growth``-fold as the stage fills (from 10 ms); 1,000-token prompts, 100-token answers."""
+    out = []
+    rate = 1000 / front_end_ms                   # requests per second through the stage
+    for c in (1, 2, 4, 8, 16, 32, 64):
+        e2e_s = (front_end_ms + 20 + OUTPUT * 10.0) / 1000
+        served = min(c / e2e_s, rate)
+        tpot = 10.0 * (1 + (tpot_growth - 1) * (served / rate) ** 2)
+        ttft = front_end_ms + 20 + max(0.0, c / served - e2e_s) * 1000
+        lv = _level(c, served * OUTPUT, batch=min(c, served * OUTPUT * tpot / 1000), ttft=ttft, tpot=tpot,
+                    telemetry=ServerTelemetry())
+        out.append(msgspec.structs.replace(lv, request_throughput=served, total_throughput=served * (PROMPT + OUTPUT)))
+    return out
+
+
+def test_the_client_alone_names_the_front_end_where_decoding_held_and_prefill_would_have_slowed_it() -> None:
+    # 80 ms per request before the engine: 12.5 requests/s; a lone request's TTFT (100 ms) spread over its prompt
+    # reads as 12.5 prompt tokens/s-worth of engine time, 100 % of it, while TPOT rose only 1.3x.
+    v = diagnose(_client_alone(80.0, tpot_growth=1.3), engine="vllm")
+    assert v.constraint == "front_end" and v.confidence == "medium" and v.secondary == "prefill"
+    assert any("decoding did not slow" in e and "(1.3x)" in e for e in v.evidence)
+    assert any("finishes a request every 80 ms" in e for e in v.evidence), v.evidence
+    assert any("prompts half as long" in t for t in v.to_separate)
+    assert v.suggestions[0].startswith("if the API server: vllm serve --api-server-count 2")
+
+
+def test_the_client_alone_keeps_prefill_where_decoding_slowed_as_prompts_would_slow_it() -> None:
+    v = diagnose(_client_alone(80.0, tpot_growth=6.0), engine="vllm")
+    assert v.constraint == "prefill"
+
+
+def test_gauges_keep_the_client_alone_reading_out() -> None:
+    levels = _client_alone(80.0, tpot_growth=1.3)
+    for lv in levels:   # the server counts every request the client has in flight: they wait in the engine
+        c = float(lv.concurrency or 0)
+        lv.telemetry = ServerTelemetry(running_mean=min(c, 8.0), waiting_mean=max(0.0, c - 8), running_max=8.0,
+                                       kv_usage_max=0.2, kv_usage_mean=0.1, samples=20)
+    assert diagnose(levels, engine="vllm").constraint != "front_end"
 
 
 def test_too_few_scrapes_in_a_level_say_nothing_about_requests_outside() -> None:

@@ -36,7 +36,6 @@ from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
 FAMILIES = ("cap", "kv", "kv_under_cap", "compute", "prefill", "unsaturated", "free")
 FRONT_END = "front_end"   # a family of its own (``front_end_scenarios``): the seven above keep their rotation
 ARMS = ("client", "metrics", "spike")
-CLIENT_ARMS = ("client", "spike")   # no /metrics: where requests wait outside the engine is out of their sight
 CLASSES = ("admission_cap", "kv_capacity", "front_end", "compute", "prefill", "not_saturated")
 FRONT_END_BINDS = 0.9   # the front end busy this share of the top level's window, the engine below its limits
 MIN_LEVEL_S, MAX_LEVEL_S = 2.0, (12.0, 60.0)   # levels last 3 request lifetimes, within these bounds

@@ -57,7 +57,7 @@ from plateau_bench.analysis.diagnosis_common import (
     mean_lengths,
 )
 from plateau_bench.analysis.diagnosis_compute import PREFILL_BOUND, compute_verdict, prefill_estimate, prefill_verdict
-from plateau_bench.analysis.diagnosis_front_end import front_end_verdict
+from plateau_bench.analysis.diagnosis_front_end import before_decoding, front_end_verdict
 from plateau_bench.analysis.diagnosis_kv import KV_FULL_PEAK, KvSign, history_evidence, kv_needed, kv_signature
 from plateau_bench.analysis.diagnosis_kv_room import KvRoom, Lengths
 from plateau_bench.analysis.diagnosis_split import time_split_evidence
@@ -310,6 +310,8 @@ def _limits(s: Sweep) -> Verdict:
         v = _with_metrics(s, sign, kv) if s.telemetry and kv.reported else _client_only(s, sign, kv)
     if v is None:
         v = prefill_verdict(s, s.prefill) if s.prefill and s.prefill_share >= PREFILL_BOUND else compute_verdict(s)
+    if v.constraint == "prefill":
+        v = before_decoding(s, v) or v
     v.evidence.insert(0, s.plateau_line())
     split = time_split_evidence(s)
     if split is not None:

@@ -19,11 +19,21 @@ tell them apart. Evidence, whatever the levels carry:
   elsewhere (network, a proxy), and the verdict says so at a lower confidence.
 
 The verdict needs the requests (or the TTFT) outside the engine; the CPU raises it to high confidence.
+
+**The client alone** (no gauges) sees one more thing (``before_decoding``): a level that reads as
+prefill-bound (a lone request's TTFT, spread over its prompt, puts prompts at ``SERIAL_SHARE`` or more of
+the engine's time on the plateau) while decoding did not slow with load (TPOT at most ``UNSLOWED`` times
+its lowest level's, none stalled behind a prompt: ITL max at most ``STALLS`` times its median). Prompts
+that took that share of the engine's steps would slow every decode sharing those steps by 1 / (1 -
+share), 3.3x at 70 %; a plateau whose TPOT held is waiting in a stage before the engine decodes, that
+does not share its steps: the API server, or prefill on other GPUs (disaggregated
+serving). The verdict names the front end first and prefill second at medium confidence, with the
+sweeps that separate them.
 """
 
 from __future__ import annotations
 
-from plateau_bench.analysis.diagnosis_common import Sweep, at, ms
+from plateau_bench.analysis.diagnosis_common import Sweep, at, mean_lengths, ms, stall_ratio
 from plateau_bench.level_run import GAUGE_SCRAPES
 from plateau_bench.result import Confidence, LevelResult, Verdict
 
@@ -31,6 +41,9 @@ OUTSIDE_SHARE = 0.5   # of the client's requests in flight, the server does not 
 ONE_CORE = 0.8        # CPU seconds per second: a single-threaded process near its core
 IDLE_CPU = 0.5        # below this the API server has CPU to spare
 MIN_SCRAPES = GAUGE_SCRAPES   # scrapes inside a level's window before its gauges compare with the client's
+SERIAL_SHARE = 0.7    # client alone: the prefill share (from C=1's TTFT) a waiting stage shows as
+UNSLOWED = 2.0        # client alone: TPOT on the plateau at most this times the lowest level's: decoding held
+STALLS = 5.0          # ... and no decode stalled behind a prompt (ITL max over its median, as the prefill verdict)
 
 FRONT_END_FIX = {
     "vllm": "vllm serve --api-server-count {n} (more API server processes in front of the engine)",
@@ -130,3 +143,34 @@ def front_end_verdict(s: Sweep) -> Verdict | None:
                    suggestions=[f"try {fix}, {REPLICAS}",
                                 "cheaper requests for the front end: shorter prompts to tokenize, no chat template, "
                                 "fewer streamed chunks (stream_options or larger chunks)"])
+
+
+def before_decoding(s: Sweep, prefill: Verdict) -> Verdict | None:
+    """Client alone: the front end (or prefill elsewhere) where a prefill-bound reading's TPOT held (module
+    docstring); None when the levels do not show it. ``prefill`` is that reading, kept as the secondary."""
+    low, last = s.levels[0], s.top[-1]
+    tpot_low, tpot_top = low.tpot_ms.mean, last.tpot_ms.mean
+    if (s.telemetry or s.prefill is None or s.prefill.share < SERIAL_SHARE or not tpot_low or not tpot_top
+            or tpot_top > UNSLOWED * tpot_low or stall_ratio(s.top) > STALLS):
+        return None
+    _, output = mean_lengths(last)
+    evidence = [f"TTFT p50 {ms(low.ttft_ms.p50)} -> {ms(last.ttft_ms.p50)} from {at(low)} to {at(last)} while TPOT "
+                f"went {ms(tpot_low)} -> {ms(tpot_top)} ({tpot_top / tpot_low:.1f}x): decoding did not slow",
+                f"prompts at ~{min(s.prefill.share, 1.0):.0%} of the engine's time (a lone request's TTFT over its "
+                f"prompt) would slow the decodes sharing their steps ~{1 / (1 - min(s.prefill.share, 0.9)):.0f}x: "
+                "the requests wait in a stage that does not share them"]
+    if output > 0 and last.output_throughput > 0 and low.ttft_ms.p50:
+        every_ms = 1000 * output / last.output_throughput
+        evidence.append(f"the plateau finishes a request every {ms(every_ms)}; a lone request waited "
+                        f"{ms(low.ttft_ms.p50)} for its first token at {at(low)}")
+    fix = FRONT_END_FIX.get(s.engine or "", GENERIC_FRONT_END).format(n=2)
+    return Verdict(
+        "front_end", "front end: requests wait before the engine decodes them, and decoding does not slow",
+        "medium", evidence, secondary="prefill", secondary_evidence=prefill.evidence[:1],
+        to_separate=["read the server's /metrics (running + waiting): far fewer than the client keeps in flight "
+                     "is the front end (API server), all of them is the engine's prefill",
+                     f"sweep with prompts half as long: a front end keeps its requests per second (one every "
+                     f"~{ms(1000 * output / last.output_throughput) if last.output_throughput else '?'}), "
+                     "prefill serves about twice as many",
+                     "with prefill on other GPUs (disaggregated serving), the prefill workers' load says which"],
+        suggestions=[f"if the API server: {fix}, {REPLICAS}", *prefill.suggestions[:1]])

@@ -7,12 +7,15 @@ widened error passes 100 %) holds everything above its low edge: a CI run whose 
 and 1,421 tok/s (35 % apart; the fold then erred 60 % per doubling) predicted 1,909 at 8 against 2,368
 measured (-19.4 %) with a band of 925 to no upper bound, which the test had read as not holding.
 
-At 16 (four times) the figures are printed, with the band the extrapolation fold
+At 16 (four times) the prediction says it extrapolates, and its band is the one the extrapolation fold
 widened (fitted to batches up to ~2, the calibration predicts its levels at ~4; that error per doubling, times
-the doublings), and what is held is that the prediction says it extrapolates. Eight runs with the fold read
--4.8, -2.8, -6.3, +5.0, +1.4, -2.4 % at 16 and then -24.8 % just outside a band of 2,924-4,749 tok/s against
-two measured sweeps of 5,400 and 4,227 (the measurement itself 28 % apart); before the fold, +50.3 % and -23.4 %
-against bands of +-6 to 7 %.
+the doublings). What is held there: within 15 %, or the band and the measurement's own spread (its two
+sweeps, lowest to highest) overlap. Two sweeps of one cap minutes apart have read 28 % apart on two shared
+cores: the measurement is a range, not a point, and the prediction is checked against it. Eight runs with the
+fold read -4.8, -2.8, -6.3, +5.0, +1.4, -2.4 % at 16 and then -24.8 % against a band of 2,924-4,749 tok/s,
+outside it on the mean but overlapping sweeps of 5,400 and 4,227; a ninth +10.3 % (band 1,924 to no upper
+bound); a tenth +0.2 % (band 3,381-5,586 against sweeps of 4,164 and 4,248; +5.0 % at 8); before the
+fold, +50.3 % and -23.4 % against bands of +-6 to 7 %.
 
 The three servers run side by side and are swept in two interleaved rounds (4, 8, 16, then 4, 8, 16): the
 calibration takes both cap-4 sweeps and each measurement is the mean of its two. On two shared cores one
@@ -47,7 +50,7 @@ pytestmark = pytest.mark.real_server
 SWEEP = ["--input-len", "32", "--output-len", "64", "--min-level-time", "3s", "--max-level-time", "12s"]
 CALIBRATED_CAP = 4   # the session server's --max-num-seqs (conftest)
 PREDICTED_CAPS = (8, 16)
-HELD_UP_TO = 8       # caps held to 15 % (or their band); wider ones printed, see the docstring
+HELD_ON_THE_MEAN = 8   # caps held to 15 % or their band holding the mean; wider ones against the range
 ROUNDS = (1, 2)
 
 
@@ -113,11 +116,11 @@ def test_one_calibrated_cap_predicts_twice_and_four_times_it(plateau_cli: Platea
               f"(held-out band {band}), measured {mean:,.0f} (sweeps "
               + ", ".join(f"{t:,.0f}" for t in measured[cap]) + f"): {error:+.1%}; widened "
               f"{predicted.held_out_beyond:.1%} for the batch")
-        if cap > HELD_UP_TO:
-            assert any(n.startswith("extrapolates: decoding batches") for n in predicted.notes), predicted.notes
-            continue
         # no upper edge is what predict prints when the widened error passes 100 %: "X to no upper bound"
-        held = low is not None and low <= mean and (high is None or mean <= high)
+        lowest, highest = (mean, mean) if cap <= HELD_ON_THE_MEAN else (min(measured[cap]), max(measured[cap]))
+        if cap > HELD_ON_THE_MEAN:
+            assert any(n.startswith("extrapolates: decoding batches") for n in predicted.notes), predicted.notes
+        held = low is not None and low <= highest and (high is None or lowest <= high)
         if abs(error) > 0.15 and not held:
             verdicts = [load_summary(tmp_path / f"cap-{cap}-{n}")["verdict"] for n in ROUNDS]
             failures.append((cap, error, low, high, measured[cap], verdicts))

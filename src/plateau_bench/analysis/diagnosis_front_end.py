@@ -26,9 +26,9 @@ the engine's time on the plateau) while decoding did not slow with load (TPOT at
 its lowest level's, none stalled behind a prompt: ITL max at most ``STALLS`` times its median). Prompts
 that took that share of the engine's steps would slow every decode sharing those steps by 1 / (1 -
 share), 3.3x at 70 %; a plateau whose TPOT held is waiting in a stage before the engine decodes, that
-does not share its steps: the API server, or prefill on other GPUs (disaggregated
-serving). The verdict names the front end first and prefill second at medium confidence, with the
-sweeps that separate them.
+does not share its steps: the API server, or prefill on other GPUs (disaggregated serving). The
+verdict names the front end first and prefill second at medium confidence, with the sweeps that
+separate them.
 """
 
 from __future__ import annotations

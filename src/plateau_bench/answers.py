@@ -153,6 +153,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_num_seqs: int | None = None
     kv_tokens: int | None = None
     max_num_batched_tokens: int | None = None
+    reserve_kv: bool = False           # admission by the whole request's KV (sim.config.EngineConfig.reserve_kv)
 
 
 class PredictedLevel(msgspec.Struct, frozen=True, kw_only=True):

@@ -115,3 +115,24 @@ def test_bad_input_is_one_line(argv: list[str], fragment: str, capsys: pytest.Ca
 def test_predict_refuses_an_impossible_setting(measured: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = plateau(["predict", str(measured), "--kv-tokens", "4"], capsys)
     assert code == 2 and "--kv-tokens" in err and "Traceback" not in err
+
+
+def test_predict_with_admission_by_the_whole_request(measured: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--reserve-kv on predict: a 4,096-token cache holds 16 requests of 128 + 128 at full length, so at most 16
+    decode at once, where admission as the cache allows runs more (and preempts); the notes say which."""
+    args = ["predict", str(measured), "--kv-tokens", "4096", "--concurrency", "64", "--input-len", "128",
+            "--output-len", "128", "--json"]
+    runs = {}
+    for extra in ([], ["--reserve-kv"]):
+        code, out, err = plateau([*args, *extra], capsys)
+        assert code == 0, err
+        runs[bool(extra)] = json.loads(out)
+    (reserved,) = runs[True]["levels"]
+    (on_demand,) = runs[False]["levels"]
+    assert reserved["decoding"] <= 16.0 < on_demand["decoding"]
+    assert any(n.startswith("admission by the whole request (--reserve-kv)") for n in runs[True]["notes"])
+    assert not any("--reserve-kv" in n for n in runs[False]["notes"])
+    code, out, err = plateau(["plan", str(measured), "--rate", "20", "--slo", "ttft_p99=2s", "--kv-tokens", "4096",
+                              "--reserve-kv", "--json"], capsys)
+    assert code == 0, err
+    assert all(p["model"].endswith("; admission by the whole request (--reserve-kv)") for p in json.loads(out))

@@ -54,4 +54,4 @@ def settings(engine: EngineSettings) -> Settings:
     """The scheduler's limits to predict at (None: the calibrated ones)."""
     engine.check()
     return Settings(max_num_seqs=engine.max_num_seqs, kv_tokens=engine.kv_tokens,
-                    max_num_batched_tokens=engine.max_num_batched_tokens)
+                    max_num_batched_tokens=engine.max_num_batched_tokens, reserve_kv=engine.reserve_kv)

@@ -22,7 +22,8 @@ Balancer = Annotated[str | None, typer.Option("--balancer", help="round-robin | 
 
 
 class EngineSettings(OptionGroup, frozen=True, kw_only=True):
-    """The scheduler's limits; None keeps the engine's own (the preset's, or the calibrated one)."""
+    """The scheduler's limits (None keeps the engine's own: the preset's, or the calibrated one) and its
+    admission."""
 
     max_num_seqs: Annotated[int | None, typer.Option(
         "--max-num-seqs", help="Admission cap: requests running at once (vLLM --max-num-seqs, SGLang "
@@ -32,6 +33,10 @@ class EngineSettings(OptionGroup, frozen=True, kw_only=True):
     max_num_batched_tokens: Annotated[int | None, typer.Option(
         "--max-num-batched-tokens", help="Per-step token budget (default: the preset's or the calibrated one).",
         rich_help_panel=ENGINE)] = None
+    reserve_kv: Annotated[bool, typer.Option(
+        "--reserve-kv", help="Admit a request only when its whole prompt and answer fit in the KV cache, and never "
+        "preempt (TensorRT-LLM's default, GUARANTEED_NO_EVICT; default: admit what fits now and preempt when the "
+        "cache fills, as vLLM and SGLang do).", rich_help_panel=ENGINE)] = False
 
     def check(self) -> None:
         if self.max_num_seqs == 0:
@@ -62,10 +67,6 @@ class TwinEngineFlags(EngineSettings, frozen=True, kw_only=True):
         "one request at a time (default 0: no front end).", rich_help_panel=ENGINE)] = None
     no_prefix_cache: Annotated[bool, typer.Option("--no-prefix-cache", help="Turn off prefix caching (on by "
                                                   "default, as in vLLM).", rich_help_panel=ENGINE)] = False
-    reserve_kv: Annotated[bool, typer.Option(
-        "--reserve-kv", help="Admit a request only when its whole prompt and answer fit in the KV cache, and never "
-        "preempt (TensorRT-LLM's default, GUARANTEED_NO_EVICT; default: admit what fits now and preempt when the "
-        "cache fills, as vLLM and SGLang do).", rich_help_panel=ENGINE)] = False
 
     def configure(self, base: EngineConfig) -> EngineConfig:
         """``base`` (a preset or a derived engine) with these settings applied."""

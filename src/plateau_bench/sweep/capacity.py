@@ -94,7 +94,8 @@ async def plan_capacity(model: CalibratedModel, workload: WorkloadSpec, rate: fl
         low = await _fewest(scaled(model, 1 - error), *args, {}) if error < 1 else None
         high = await _fewest(scaled(model, 1 + error), *args, {})
     plan = _plan(rate, slos, balancer, replicas, trials, gpus_per_replica, gpu_cost_per_hour, workload.output_len)
-    return msgspec.structs.replace(plan, replicas_low=low, replicas_high=high, model=model_line(model),
+    admission = "; admission by the whole request (--reserve-kv)" if settings.reserve_kv else ""
+    return msgspec.structs.replace(plan, replicas_low=low, replicas_high=high, model=model_line(model) + admission,
                                    held_out_basis=held_out_basis(model), held_out_beyond=beyond)
 
 

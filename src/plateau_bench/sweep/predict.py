@@ -45,8 +45,9 @@ def engine_config(engine: EngineModel, settings: Settings = Settings()) -> Engin
                         max_num_seqs=engine.max_num_seqs, max_num_batched_tokens=engine.max_num_batched_tokens,
                         kv_tokens=engine.kv_tokens, block_size=engine.block_size, max_model_len=engine.max_model_len,
                         policy=policy)
-    return base.with_overrides(max_num_seqs=settings.max_num_seqs, kv_tokens=settings.kv_tokens,
-                               max_num_batched_tokens=settings.max_num_batched_tokens)
+    config = base.with_overrides(max_num_seqs=settings.max_num_seqs, kv_tokens=settings.kv_tokens,
+                                 max_num_batched_tokens=settings.max_num_batched_tokens)
+    return msgspec.structs.replace(config, reserve_kv=True) if settings.reserve_kv else config
 
 
 def model_line(model: CalibratedModel) -> str:
@@ -239,6 +240,9 @@ def _notes(model: CalibratedModel, settings: Settings) -> list[str]:
     if settings.max_num_seqs is None and model.cap_source == "none":
         out.append(f"no cap showed in the calibration: the twin admits {model.engine.max_num_seqs:,}; give "
                    "--max-num-seqs")
+    if settings.reserve_kv:
+        out.append("admission by the whole request (--reserve-kv): a request runs only when its prompt and "
+                   "answer fit in the KV cache beside the running ones', and none is preempted")
     return out
 
 

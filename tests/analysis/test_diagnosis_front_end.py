@@ -158,6 +158,8 @@ def test_the_client_alone_names_the_front_end_where_decoding_held_and_prefill_wo
     assert any("decoding did not slow" in e and "(1.3x)" in e for e in v.evidence)
     assert any("finishes a request every 80 ms" in e for e in v.evidence), v.evidence
     assert any("prompts half as long" in t for t in v.to_separate)
+    # the slowly fed batch held at 16, as a cap would hold it: said, with what would tell them apart
+    assert v.to_separate[0].startswith("the decoding batch held at 16: an admission cap there")
     assert v.suggestions[0].startswith("if the API server: vllm serve --api-server-count 2")
 
 

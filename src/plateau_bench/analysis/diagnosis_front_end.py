@@ -164,10 +164,15 @@ def before_decoding(s: Sweep, prefill: Verdict) -> Verdict | None:
         evidence.append(f"the plateau finishes a request every {ms(every_ms)}; a lone request waited "
                         f"{ms(low.ttft_ms.p50)} for its first token at {at(low)}")
     fix = FRONT_END_FIX.get(s.engine or "", GENERIC_FRONT_END).format(n=2)
+    # A fed-slowly engine pins its batch as a cap does: the prefill reading may have named one second.
+    held = ([f"the decoding batch held at {prefill.estimated_cap}: an admission cap there would hold it too, and "
+             "/metrics' running count at the cap with a queue would say so"]
+            if prefill.secondary == "admission_cap" and prefill.estimated_cap else [])
     return Verdict(
         "front_end", "front end: requests wait before the engine decodes them, and decoding does not slow",
         "medium", evidence, secondary="prefill", secondary_evidence=prefill.evidence[:1],
-        to_separate=["read the server's /metrics (running + waiting): far fewer than the client keeps in flight "
+        to_separate=[*held,
+                     "read the server's /metrics (running + waiting): far fewer than the client keeps in flight "
                      "is the front end (API server), all of them is the engine's prefill",
                      f"sweep with prompts half as long: a front end keeps its requests per second (one every "
                      f"~{ms(1000 * output / last.output_throughput) if last.output_throughput else '?'}), "

@@ -10,11 +10,12 @@ side by side:
   off): what a steady level measures when its identical requests start in lock step and the engine
   keeps the wave (the column ``err`` shows how far that is from the truth);
 * the seeds' way: a fixed grid in burst mode at 1, 256, 512, 768, 1024, 2048 (the cost reference);
-* the adaptive sweep with warm levels (``--warm-levels``, ``--goal verdict``), the same with cold levels
-  (``plateau sweep``'s default), and in burst mode, each with levels of up to 600 s (``--max-level-time
-  10m``), and the adaptive sweep warm and cold again with the default ``--max-level-time auto`` (a minute,
-  stretched up to ten for a level with no steady window by then: Run B's requests take 40 s and more at
-  its cap; ``cold, auto levels`` is ``plateau sweep`` with every default).
+* the adaptive sweep with warm levels (``--warm-levels``, the default, and ``--goal verdict``), the same
+  with cold levels (``--cold-levels``), and in burst mode, each with levels of up to 600 s
+  (``--max-level-time 10m``), and the adaptive sweep warm and cold again with the default
+  ``--max-level-time auto`` (a minute, stretched up to ten for a level with no steady window by then: Run
+  B's requests take 40 s and more at its cap; ``warm, auto levels`` is ``plateau sweep`` with every
+  default).
 
 Benchmark-seconds are seconds of load against the server (virtual time here: what the same sweep
 would cost on the real deployment the preset models); "to verdict" is the benchmark-seconds until the

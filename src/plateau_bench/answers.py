@@ -139,6 +139,7 @@ class CalibratedModel(msgspec.Struct, kw_only=True):
     output_len: float
     notes: list[str] = msgspec.field(default_factory=list)
     cross_validation: CrossValidation | None = None
+    engines: list[str] = msgspec.field(default_factory=list)   # the servers the sweeps named (vllm, llamacpp, ...)
 
     def parameter(self, name: str) -> Parameter:
         return next(p for p in self.parameters if p.name == name)

@@ -75,6 +75,11 @@ def test_two_caps_identify_the_per_slot_cost_and_predict_a_third() -> None:
     assert slot.value == pytest.approx(SLOTTED.s, rel=0.10)
     assert model.engine.s == slot.value and {lv.slots for lv in model.levels} == {2, 4}
     assert plateau_at_8([two, four]) == pytest.approx(measured, rel=0.15)
+    # The servers the sweeps named are kept (a prediction past llama.cpp's calibrated caps says more).
+    assert model.engines == []
+    named = [msgspec.structs.replace(s, result=msgspec.structs.replace(
+        s.result, target=msgspec.structs.replace(s.result.target, engine="llamacpp"))) for s in (two, four)]
+    assert calibrate(named).engines == ["llamacpp"]
 
     alone = calibrate([four])
     unslotted = alone.parameter("s")

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from plateau_bench.answers import CalibratedModel, CrossValidation, EngineModel, LevelFit, Parameter, Prediction
 from plateau_bench.result import LevelResult, Plateau
 from plateau_bench.spec import WorkloadSpec
-from plateau_bench.sweep.predict import _extrapolation, _held_out_band, _wider_band, held_out_basis, model_line
+from plateau_bench.sweep.predict import (
+    _cap_reach,
+    _extrapolation,
+    _held_out_band,
+    _wider_band,
+    held_out_basis,
+    model_line,
+)
 
 from support.builders import level_result
 
@@ -110,3 +118,17 @@ def test_the_what_if_takes_the_wider_of_the_two_bands_edge_by_edge() -> None:
 
 def level_at(concurrency: int, decoding: float) -> LevelResult:
     return level_result(concurrency, 100.0, decoding_concurrency=decoding)
+
+
+def test_a_llamacpp_cap_beyond_the_calibrated_ones_says_its_band_does_not_cover_the_slot_streams() -> None:
+    # Calibrated on llama.cpp at --parallel 2 and 4, asked about 8: the per-slot cost is linear in the twin,
+    # and llama.cpp's per-slot KV streams are not; vLLM's prediction carries no such warning.
+    fits = [LevelFit(run="r", label=f"C={c}", batch=float(c), measured_ms=10.0, fitted_ms=10.0, slots=c)
+            for c in (2, 4)]
+    llamacpp = msgspec.structs.replace(model(), levels=fits, engines=["llamacpp"])
+    [note] = _cap_reach(llamacpp, 8)
+    assert note.startswith("extrapolates: a cap of 8 against 2-4 calibrated")
+    assert "llama.cpp keeps a KV stream per slot" in note and "more than the band allows" in note
+    [plain] = _cap_reach(msgspec.structs.replace(llamacpp, engines=["vllm"]), 8)
+    assert "KV stream" not in plain
+    assert _cap_reach(llamacpp, 4) == []

@@ -350,7 +350,8 @@ def calibrate(sweeps: Sequence[Sweep]) -> CalibratedModel:
         engine=engine, parameters=_parameters(fit), levels=levels, sources=[s.name for s in sweeps],
         cap_source=cap_source, kv_source=kv_source, policy_source=policy_source,
         input_len=float(np.mean(prompts)) if prompts else 0.0, output_len=float(np.mean(outputs)) if outputs else 0.0,
-        notes=[*notes, f"{len(tpot_rows)} level(s) fitted"], cross_validation=cross_validation)
+        notes=[*notes, f"{len(tpot_rows)} level(s) fitted"], cross_validation=cross_validation,
+        engines=sorted({r.target.engine for r in results if r.target.engine}))
 
 
 def shifted(model: CalibratedModel, sigmas: float) -> EngineModel:

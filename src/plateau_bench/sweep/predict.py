@@ -229,7 +229,11 @@ def _cap_reach(model: CalibratedModel, cap: int) -> list[str]:
                if slot is not None and slot.identified else
                "s, a cost per allocated slot, was not identified (calibrate at two caps): a server that pays per "
                "slot (llama.cpp's --parallel) runs slower there than predicted")
-    return [f"extrapolates: a cap of {cap:,} against {span} calibrated; {carried}"]
+    streams = ("; llama.cpp keeps a KV stream per slot and a step's attention spans the slots between its batch's "
+               "lowest and highest, nearly all of them under load, so its step changes with --parallel otherwise than "
+               "this linear cost, by more than the band allows: measure the cap asked (plateau tune does)"
+               if "llamacpp" in model.engines else "")
+    return [f"extrapolates: a cap of {cap:,} against {span} calibrated; {carried}{streams}"]
 
 
 def _notes(model: CalibratedModel, settings: Settings) -> list[str]:

@@ -11,7 +11,7 @@ sweep passes it in as a ``StopRule``; the runner only asks it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import msgspec
@@ -67,6 +67,9 @@ class WarmEnd(msgspec.Struct, kw_only=True):
 
 
 GAUGE_SCRAPES = 5   # /metrics scrapes a window holds before its gauges' means compare with the client's
+QUEUED_NOTE = ("warm: ended on the server's gauges once its concurrency was reached: no more running than at the "
+               "level it doubled, with requests waiting; its window holds one period of that batch, and its rate is "
+               "left out of the plateau's mean")
 WHOLE_LEVEL_NOTE = ("warm: the level's time ran out too soon after its concurrency was reached for a window of "
                     "its own: window over the whole level, the change included")
 
@@ -80,6 +83,7 @@ class WarmCheck(msgspec.Struct, frozen=True, kw_only=True):
     done: bool
     waves: bool = False                 # first tokens come in waves: the batches hold whole waves
     whole_level: bool = False           # the time ran out before a window of its own: the whole level
+    queued: bool = False                # ended on the server's gauges: only a queue was added (``analysis.warm``)
 
 
 class StopRequested(Exception):
@@ -101,12 +105,20 @@ class StopRule(Protocol):
         """The hard limit: ``max_s``, or later for a level that may stretch (``--max-level-time auto``)."""
         ...
 
+    @property
+    def held_running(self) -> float | None:
+        """A warm level of the doubling chain: the server's most running at the level it doubled (its gauges
+        may then end this one, ``warm_check``); None: no such level, or no gauges there."""
+        ...
+
     def warm_check(self, streams: Sequence[RequestRecord], *, level_start_ns: int, settled_ns: int | None,
-                   now_ns: int, workers: int, min_window_s: float, cycle_s: float = 0.0) -> WarmCheck:
+                   now_ns: int, workers: int, min_window_s: float, cycle_s: float = 0.0,
+                   gauges: Mapping[str, float] | None = None) -> WarmCheck:
         """Whether a warm level may end now, and over which window (``analysis.warm``): ``streams`` are the
         successful requests finished in the level and what those in flight streamed until ``now_ns``; the
         window holds at least ``min_window_s`` (and the rule's own minimum); ``cycle_s``: the request cycle
-        expected at this concurrency, for batches of whole cycles."""
+        expected at this concurrency, for batches of whole cycles; ``gauges``: the server's since the
+        concurrency was reached (``telemetry.summary`` values), which may end a level that only queued."""
         ...
 
     def ci_rel(self, records: Sequence[RequestRecord], *, workers: int,

@@ -176,6 +176,8 @@ class WarmLevelInfo(msgspec.Struct, frozen=True, kw_only=True):
     waves: bool = False            # first tokens came in waves: the batches held whole waves
     drained_s: float = 0.0         # after its close, the sweep's end drained its last requests (in its
                                    # benchmark_s; the verdict had stood at the close)
+    queued: bool = False           # ended once the server's gauges showed it only queued behind the batch of
+                                   # the level it doubled (its short window is left out of the plateau's mean)
 
 
 class SearchSettings(msgspec.Struct, frozen=True, kw_only=True):

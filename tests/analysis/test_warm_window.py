@@ -73,6 +73,18 @@ def test_a_noisy_level_may_end_when_its_interval_is_wholly_above_or_below_the_de
     assert not check(bursts, 29.0, workers=1, clear_above=estimate.tok_s).done
 
 
+def test_a_level_the_servers_gauges_show_only_queued_ends_once_its_window_holds_the_batch_period() -> None:
+    bursts = [stream(k, 2.0 * k, 2.0 * k + 0.5, 400) for k in range(15)]   # never precise on its own
+    assert not check(bursts, 9.0, workers=1, queued=True, queued_min_s=12.0).done   # under one batch period
+    held = check(bursts, 29.0, workers=1, queued=True, queued_min_s=12.0)
+    assert held.done and held.queued
+    plain = check(bursts, 29.0, workers=1)
+    assert not plain.done and not plain.queued
+    # A level precise on its own is not said to have ended on the gauges.
+    precise = check(steady(2000, 0.0, 30.0), 20.0, queued=True, queued_min_s=5.0)
+    assert precise.done and not precise.queued
+
+
 def cycling(cycles: int, period_s: float) -> list[RequestRecord]:
     """One worker whose every request streams 400 tokens in the first quarter of its cycle and 100 over the
     rest: a token rate that repeats with the request cycle, as a closed loop of like requests does."""

@@ -8,13 +8,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from plateau_bench.level_run import QUEUED_NOTE
 from plateau_bench.result import LevelResult, ResultFile, Verdict, WarmLevelInfo
 from plateau_bench.sim.presets import get_preset
 from plateau_bench.sim.runner import VirtualLevelRunner
 from plateau_bench.spec import WorkloadSpec
 from plateau_bench.store import ResultWriter, kept_attempts, load_requests, load_result
-from plateau_bench.sweep.loop import conclude, run_plan, run_sweep, stop_rule_for
-from plateau_bench.sweep.plan import ConcurrencyPlan, SweepLimits
+from plateau_bench.sweep.loop import batch_time_s, conclude, run_plan, run_sweep, stop_rule_for
+from plateau_bench.sweep.plan import AUTO_LEVEL_S, AUTO_STRETCH_S, ConcurrencyPlan, SweepLimits
 from plateau_bench.sweep.warm_end import time_to_verdict
 
 WORKLOAD = WorkloadSpec(input_len=64, output_len=64)
@@ -106,3 +107,31 @@ def test_a_warm_window_holds_enough_scrapes_for_the_servers_gauges() -> None:
     for lv in result.levels:
         assert lv.window_end_s - lv.window_start_s >= 5.0 - 1e-6, lv.label
         assert lv.telemetry.samples >= 5, lv.label
+
+
+@pytest.mark.slow   # two sweeps of Run A's engine (~3 s)
+def test_a_doubling_that_only_queued_ends_on_the_servers_gauges_and_stays_out_of_the_plateaus_mean() -> None:
+    # Run A's engine admits 256: at 512 the server runs 256 with the rest waiting, which its /metrics say
+    # within a few scrapes, long before the level's rate is precise (its requests take ~30 s, and swing as
+    # they join); the level ends once its window holds one period of the batch measured at 256.
+    def sweep(metrics: bool) -> ResultFile:
+        runner = VirtualLevelRunner(get_preset("seed-a-tp8ep"), WorkloadSpec(input_len=128, output_len=512),
+                                    metrics=metrics, scrape_s=1.0)
+        limits = SweepLimits(warm=True, max_level_s=AUTO_LEVEL_S, level_stretch_s=AUTO_STRETCH_S)  # auto
+        return asyncio.run(run_plan(runner, ConcurrencyPlan(limits=limits)))[1]
+
+    scraped = sweep(True)
+    queued = [lv for lv in scraped.levels if lv.warm is not None and lv.warm.queued]
+    assert queued and all((lv.concurrency or 0) > 256 for lv in queued), [lv.label for lv in scraped.levels]
+    by_c = {lv.concurrency: lv for lv in scraped.levels}
+    for lv in queued:
+        below = by_c[(lv.concurrency or 0) // 2]
+        assert lv.telemetry.running_max == below.telemetry.running_max == 256
+        assert (lv.telemetry.waiting_mean or 0) > 0 and lv.window_note.startswith(QUEUED_NOTE)
+        assert lv.window_end_s - lv.window_start_s >= batch_time_s(below) - 1e-6
+    plateau = scraped.plateau
+    assert plateau is not None and {lv.concurrency for lv in queued} <= set(plateau.levels)
+    rated = [by_c[c].output_throughput for c in plateau.levels if not by_c[c].warm.queued]  # type: ignore[union-attr]
+    assert rated and plateau.throughput == pytest.approx(sum(rated) / len(rated))
+    # The client alone has no gauges to end a level on.
+    assert not any(lv.warm is not None and lv.warm.queued for lv in sweep(False).levels)

@@ -45,7 +45,7 @@ the first worker's last request, and the requests sent at the stop drain), again
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,7 +60,7 @@ from plateau_bench.analysis.metrics import (
     steady_batches,
 )
 from plateau_bench.analysis.stats import FloatArray, batch_means_ci_rel
-from plateau_bench.level_run import WarmCheck
+from plateau_bench.level_run import GAUGE_SCRAPES, WarmCheck
 from plateau_bench.records import RequestRecord
 from plateau_bench.units import NS
 
@@ -159,6 +159,8 @@ class PrecisionRule:
     drain: bool = True                 # --no-drain: cancel the requests in flight at a precise stop
     stretch_s: float | None = None     # --max-level-time auto: a level with no window yet goes on up to this
     expect_cycle_s: float = 0.0        # the request cycle the sweep expects at this level (0: unknown)
+    held_running: float | None = None  # warm confirm levels: the server's most running at the level doubled
+    held_cycle_s: float = 0.0          # ... and how long a request stayed in its batch there
 
     @property
     def bound_s(self) -> float:
@@ -213,15 +215,21 @@ class PrecisionRule:
         return None
 
     def warm_check(self, streams: Sequence[RequestRecord], *, level_start_ns: int, settled_ns: int | None,
-                   now_ns: int, workers: int, min_window_s: float, cycle_s: float = 0.0) -> WarmCheck:
-        """A warm level's check (``analysis.warm``) with this rule's precision, limits and bars."""
+                   now_ns: int, workers: int, min_window_s: float, cycle_s: float = 0.0,
+                   gauges: Mapping[str, float] | None = None) -> WarmCheck:
+        """A warm level's check (``analysis.warm``) with this rule's precision, limits and bars; ``gauges``:
+        the server's since the level's concurrency was reached (``telemetry.summary`` values)."""
+        from plateau_bench.analysis.plateau import queued_behind
         from plateau_bench.analysis.warm import warm_check_records
 
+        queued = bool(gauges) and self.held_running is not None and \
+            queued_behind(gauges or {}, self.held_running, GAUGE_SCRAPES)
         return warm_check_records(streams, level_start_ns=level_start_ns, settled_ns=settled_ns, now_ns=now_ns,
                                   workers=workers, cycle_s=cycle_s, precision=self.precision,
                                   min_s=max(self.min_s, min_window_s),
                                   max_s=self.max_s, bound_s=self.bound_s, clear_above=self.clear_above,
-                                  clear_below=self.clear_below, batches=self.batches)
+                                  clear_below=self.clear_below, batches=self.batches, queued=queued,
+                                  queued_min_s=max(self.min_s, self.held_cycle_s))
 
     def may_cancel_in_flight(self, ci_rel: float | None, elapsed_s: float) -> bool:
         """Whether the requests in flight when a closed-loop level stops now may be cancelled, not waited

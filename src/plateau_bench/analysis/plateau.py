@@ -38,7 +38,7 @@ on synthetic curves.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from plateau_bench.result import Knee, LevelResult, Plateau, SearchSettings
@@ -56,6 +56,7 @@ class Point:
     running_max: float | None = None   # the server's gauges (/metrics), when scraped
     waiting_mean: float | None = None
     kv_usage_max: float | None = None
+    queued: bool = False            # a warm level ended on the server's gauges (``analysis.warm``)
 
 
 # The search settings are part of the saved result (``SweepSettings.search``).
@@ -146,6 +147,18 @@ def capped(lower: Point, upper: Point) -> bool:
     return same_batch and (upper.waiting_mean or 0.0) > 0 and kv_room
 
 
+def queued_behind(gauges: Mapping[str, float], held_running: float, scrapes: int) -> bool:
+    """Whether a level's gauges since its concurrency was reached (``telemetry.summary`` values, at least
+    ``scrapes`` scrapes) show it only queued behind the batch of the level it doubled: as many running at most
+    as that level's most (``held_running``, within the same allowance as ``capped``), requests waiting, and the
+    KV cache not full (a full cache holds the batch too, and what it does with more is the question)."""
+    running, waiting, kv = gauges.get("running_max"), gauges.get("waiting_mean"), gauges.get("kv_usage_max")
+    if running is None or waiting is None or gauges.get("samples", 0.0) < scrapes or held_running <= 0:
+        return False
+    same_batch = abs(running - held_running) <= max(1.0, CAPPED_DECODING_GROWTH * held_running)
+    return same_batch and waiting > 0 and (kv is None or kv < KV_FULL)
+
+
 def _doubling_chain(points: Sequence[Point], start: int) -> list[Point]:
     """The levels of the doubling phase: start, 2*start, 4*start, ... as far as measured."""
     by_c = {p.concurrency: p for p in points}
@@ -185,11 +198,15 @@ def find_plateau(points: Sequence[Point], plateau_gain: float = 0.05) -> Plateau
         first -= 1
     start = pairs[first][0]
     top = [p for p in pts if p.concurrency >= start.concurrency]
-    peak = max(top, key=lambda p: p.throughput)
+    # A level ended on the server's gauges (``queued``) read its rate over a few scrapes: it says the batch held,
+    # and its rate is left out of the peak and the mean while a level measured to its precision is there.
+    rated = [p for p in top if not p.queued] or top
+    peak = max(rated, key=lambda p: p.throughput)
     flat_top = [p for p in top if p.throughput >= peak.throughput * (1 - plateau_gain) or same_batch_queued(p, peak)]
+    averaged = [p for p in flat_top if not p.queued] or flat_top
     last_lower, last_upper, _ = pairs[-1]
     return Plateau(
-        throughput=sum(p.throughput for p in flat_top) / len(flat_top),
+        throughput=sum(p.throughput for p in averaged) / len(averaged),
         concurrency=start.concurrency,
         reached=len(pairs) - first >= 2 or capped(last_lower, last_upper),
         levels=tuple(p.concurrency for p in flat_top),
@@ -288,7 +305,7 @@ def point_of(level: LevelResult) -> Point:
                  achieved=level.achieved_concurrency if level.completed else None,
                  peak=level.peak_decoding if level.completed and level.peak_decoding else None,
                  running_max=level.telemetry.running_max, waiting_mean=level.telemetry.waiting_mean,
-                 kv_usage_max=level.telemetry.kv_usage_max)
+                 kv_usage_max=level.telemetry.kv_usage_max, queued=level.warm is not None and level.warm.queued)
 
 
 def plateau_and_knee(levels: Sequence[LevelResult], search: SearchSettings) -> tuple[Plateau | None, Knee | None]:

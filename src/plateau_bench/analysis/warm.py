@@ -27,6 +27,14 @@ soon as its interval lies wholly on one side. A level whose time runs out before
 ``min_s`` is measured over the whole level instead (``level_run.WHOLE_LEVEL_NOTE``): a window of a few
 steps, opened just before the limit, read one level at twice its rate with a 137 % interval.
 
+A level of the doubling chain past a cap has nothing to show but a queue: once the server's own gauges,
+scraped since its concurrency was reached, show no more running than at the level it doubled, requests
+waiting and the KV cache not full (``analysis.plateau.queued_behind``), it ends as soon as its window holds
+``min_s`` and one period of that batch (the time a request spent in it at the level below: a prefill-first
+engine's rate swings within it), however long its queue makes a request's cycle: the batch, and so the
+rate, is the one measured below. Its rate, read over one period, is kept out of the plateau's mean
+(``analysis.plateau``).
+
 Stretching (``bound_s`` above ``max_s``, ``--max-level-time auto``): a level whose window has not reached
 ``min_s`` by ``max_s`` (joins spread over a request cycle longer than the level, as on Run B's engine at
 its cap) goes on while tokens keep arriving (one within the last ``STRETCH_ALIVE`` of ``max_s``), until it is
@@ -124,9 +132,12 @@ def warm_check_records(streams: Sequence[RequestRecord], *, settled_ns: int | No
 def warm_check(times: FloatArray, cumulative: FloatArray, first_tokens: npt.NDArray[np.int64], *,
                level_start_ns: int, settled_ns: int | None, now_ns: int, workers: int, precision: float,
                min_s: float, max_s: float, bound_s: float | None = None, clear_above: float | None = None,
-               clear_below: float | None = None, batches: int = 10, cycle_s: float = 0.0) -> WarmCheck:
+               clear_below: float | None = None, batches: int = 10, cycle_s: float = 0.0,
+               queued: bool = False, queued_min_s: float = 0.0) -> WarmCheck:
     """The warm level's window and estimate at ``now_ns`` (``times``/``cumulative``: ``metrics.sorted_tokens``
-    of the successful requests finished in the level and of those in flight, their tokens until now)."""
+    of the successful requests finished in the level and of those in flight, their tokens until now);
+    ``queued``: the server's gauges since ``settled_ns`` show the level only queued behind the batch of the
+    level it doubled (``analysis.plateau.queued_behind``), and it ends once its window holds ``queued_min_s``."""
     elapsed_s = (now_ns - level_start_ns) / NS
     hard = elapsed_s >= max(max_s, bound_s or 0.0)
     serving = bool(times.size) and (now_ns - float(times[-1])) / NS <= STRETCH_ALIVE * max_s
@@ -155,7 +166,7 @@ def warm_check(times: FloatArray, cumulative: FloatArray, first_tokens: npt.NDAr
     precise = ci is not None and window.length_s >= min_s and (
         ci <= precision or (clear_above is not None and tok_s * (1 - ci) > clear_above)
         or (clear_below is not None and tok_s * (1 + ci) < clear_below))
-    done = timed_out or precise
-    return WarmCheck(window_ns=(window.start_ns, now_ns), tok_s=tok_s, ci_rel=ci, done=done, waves=waves,
-                     whole_level=whole_level)
+    held = queued and not (timed_out or precise or whole_level) and window.length_s >= queued_min_s
+    return WarmCheck(window_ns=(window.start_ns, now_ns), tok_s=tok_s, ci_rel=ci, done=timed_out or precise or held,
+                     waves=waves, whole_level=whole_level, queued=held)
 

@@ -24,11 +24,20 @@ from plateau_bench.driver.level_telemetry import LevelTelemetry
 from plateau_bench.driver.load_state import DEAD_TARGET_FAILURES
 from plateau_bench.driver.warm import OnRecord, WarmLoad
 from plateau_bench.errors import ErrorClass
-from plateau_bench.level_run import GAUGE_SCRAPES, WHOLE_LEVEL_NOTE, LevelRun, StopRequested, StopRule, WarmCheck
+from plateau_bench.level_run import (
+    GAUGE_SCRAPES,
+    QUEUED_NOTE,
+    WHOLE_LEVEL_NOTE,
+    LevelRun,
+    StopRequested,
+    StopRule,
+    WarmCheck,
+)
 from plateau_bench.progress import LevelProgress
 from plateau_bench.records import RequestRecord
 from plateau_bench.result import INTERRUPT_NOTE, WarmLevelInfo
 from plateau_bench.spec import LevelSpec
+from plateau_bench.telemetry.summary import summarize
 from plateau_bench.units import NS
 from plateau_bench.workload.feed import PromptFeed
 
@@ -96,7 +105,8 @@ async def run_warm_level(load: WarmLoad, level: LevelSpec, rule: StopRule, ctx: 
     info = WarmLevelInfo(from_concurrency=was, settled_s=settled_s, dropped_s=max(0.0, (window[0] - start) / NS
                                                                                    - settled_s),
                          carried_in=sum(1 for r in closed.records if r.sent_ns < start),
-                         carried_out=len(closed.partials), waves=waves)
+                         carried_out=len(closed.partials), waves=waves,
+                         queued=closed.check is not None and closed.check.queued)
     return LevelRun(
         level=level, label=ctx.label, records=closed.records, in_flight=closed.partials, window_ns=window,
         window_note=note, level_start_ns=start, warm=info, benchmark_s=(closed.end_ns - start) / NS,
@@ -165,11 +175,14 @@ async def _measure(load: WarmLoad, level: LevelSpec, rule: StopRule, start: int,
             now, partials = load.now(), load.partials()
             if finish.is_set():
                 break
+            settled = load.settled_ns
+            gauges = (summarize(scraper.samples, settled, now).values
+                      if scraper is not None and rule.held_running is not None and settled is not None else None)
             check = rule.warm_check([r for r in load.level_records if r.error is None] + partials,
-                                    level_start_ns=start, settled_ns=load.settled_ns, now_ns=now,
+                                    level_start_ns=start, settled_ns=settled, now_ns=now,
                                     workers=level.concurrency or 1, min_window_s=max(CYCLES_IN_WINDOW * load.cycle_s,
                                                                                      gauge_window_s),
-                                    cycle_s=load.cycle_s)
+                                    cycle_s=load.cycle_s, gauges=gauges)
             _show(progress, load, check)
             if check.done or load.ran_out:
                 break
@@ -196,7 +209,8 @@ def _window(closed: _Closed, load: WarmLoad, start: int) -> tuple[tuple[int, int
     check = closed.check
     if check is not None and check.window_ns is not None:
         if closed.asked_ns is None:
-            return check.window_ns, WHOLE_LEVEL_NOTE if check.whole_level else WINDOW_NOTE, check.waves
+            note = WHOLE_LEVEL_NOTE if check.whole_level else QUEUED_NOTE if check.queued else WINDOW_NOTE
+            return check.window_ns, note, check.waves
         return (check.window_ns[0], closed.end_ns), WINDOW_NOTE + " (closed by Ctrl-C)", check.waves
     settled = load.settled_ns if load.settled_ns is not None and load.settled_ns < closed.end_ns else start
     if closed.asked_ns is not None:

@@ -16,7 +16,7 @@ end-to-end latencies of the previous level scaled to this concurrency, whichever
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import msgspec
 import numpy as np
@@ -30,6 +30,7 @@ from plateau_bench.sim.trace_keys import trace_block_keys
 from plateau_bench.sim.warm import WarmDriver
 from plateau_bench.sim.warm_level import run_warm_level
 from plateau_bench.spec import LevelSpec, WorkloadSpec
+from plateau_bench.telemetry.summary import summarize
 from plateau_bench.units import NS
 from plateau_bench.workload.trace import load_trace
 
@@ -114,7 +115,8 @@ class VirtualLevelRunner:
             self._live = WarmDriver(self.config, self.workload, chunks=self.chunks, probe=probe)
             self._live_probe = probe
         run = run_warm_level(self._live, level, stop_rule, label=label, check_s=self.check_s,
-                             scrape_s=self.scrape_s if self.metrics else 0.0)
+                             scrape_s=self.scrape_s if self.metrics else 0.0,
+                             gauges=self._gauges if self.metrics and self._live_probe is not None else None)
         if on_record:
             for r in run.records:
                 on_record(r)
@@ -130,6 +132,14 @@ class VirtualLevelRunner:
                 interval_s=self.scrape_s, front_end=self.config.front_end_ms_per_request > 0)
             run.engine = "vllm"
         return run
+
+    def _gauges(self, from_s: float, to_s: float) -> Mapping[str, float]:
+        """What ``/metrics`` scraped every ``scrape_s`` said of the live engine between two virtual times."""
+        probe = self._live_probe
+        snapshots = [s for s in probe.snapshots if from_s - self.scrape_s <= s.t <= to_s] if probe else []
+        samples = server_samples(snapshots, self.config.kv_tokens // self.config.block_size * self.config.block_size,
+                                 interval_s=self.scrape_s)
+        return summarize(samples, round(from_s * NS), round(to_s * NS)).values
 
     async def end_warm(self, drain: bool) -> WarmEnd | None:
         """End the live closed loop, if there is one: drained (its last requests' records) or cancelled."""

@@ -259,7 +259,8 @@ def saved_spec(level: LevelResult, limits: SweepLimits) -> LevelSpec:
 def _decision_rule(ctx: _Context, spec: LevelSpec, phase: str) -> StopRule | None:
     """A growing level only has to show it beats its doubling partner by more than the plateau gain:
     the precision rule with that bar (``analysis.convergence``), when a partner was measured. A warm
-    level of the doubling chain may also end as soon as it shows it does not (``analysis.warm``)."""
+    level of the doubling chain may also end as soon as it shows it does not (``analysis.warm``), or once the
+    server's gauges show it only queued behind the batch of the level it doubled (``held_running``)."""
     rule, search = ctx.stop_rule, ctx.search
     warm_decides = spec.warm and phase == "confirm"
     if (phase != "grow" and not warm_decides) or spec.mode != "steady" or search is None \
@@ -274,7 +275,16 @@ def _decision_rule(ctx: _Context, spec: LevelSpec, phase: str) -> StopRule | Non
     noise = partner.throughput_ci_rel or 0.0
     bar = partner.output_throughput * (1 + search.plateau_gain + noise)
     below = partner.output_throughput * (1 - noise) * (1 + search.plateau_gain) if spec.warm else None
-    return dataclasses.replace(rule, clear_above=bar, clear_below=below)
+    held = partner.telemetry.running_max if spec.warm and 2 * (partner.concurrency or 0) == c else None
+    return dataclasses.replace(rule, clear_above=bar, clear_below=below, held_running=held,
+                               held_cycle_s=batch_time_s(partner) if held is not None else 0.0)
+
+
+def batch_time_s(level: LevelResult) -> float:
+    """How long a request of ``level`` stayed in the server's batch: its median time from first token to end
+    (0: unknown). A level that only queued behind that batch repeats with this period."""
+    e2e, ttft = level.e2e_ms.p50, level.ttft_ms.p50
+    return max(0.0, (e2e - ttft) / 1e3) if e2e and ttft is not None else 0.0
 
 
 def _expected_cycle_s(spec: LevelSpec, levels: Sequence[LevelResult]) -> float:

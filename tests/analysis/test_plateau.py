@@ -198,15 +198,20 @@ def test_a_level_ended_on_the_servers_gauges_is_on_the_plateau_but_not_in_its_me
     assert rated is not None and rated.throughput == pytest.approx((240.0 + 300.0) / 2)   # read as a rate: the peak
 
 
-def test_the_gauges_say_a_level_only_queued_when_no_more_ran_than_below_with_requests_waiting() -> None:
-    held = {"running_max": 256.0, "waiting_mean": 200.0, "kv_usage_max": 0.4, "samples": 5.0}
-    assert queued_behind(held, 256.0, scrapes=5)
-    assert not queued_behind({**held, "samples": 4.0}, 256.0, scrapes=5)            # too few scrapes yet
-    assert not queued_behind({**held, "running_max": 300.0}, 256.0, scrapes=5)      # more were admitted
-    assert not queued_behind({**held, "waiting_mean": 0.0}, 256.0, scrapes=5)       # nothing waits
-    assert not queued_behind({**held, "kv_usage_max": 0.97}, 256.0, scrapes=5)      # the cache holds it
-    assert queued_behind({k: v for k, v in held.items() if k != "kv_usage_max"}, 256.0, scrapes=5)
-    assert not queued_behind({"samples": 9.0}, 256.0, scrapes=5)                    # no gauges at all
+def test_the_gauges_say_a_level_only_queued_when_no_more_ran_than_below_and_the_engine_queued_the_rest() -> None:
+    def at_512(gauges: dict[str, float]) -> bool:   # a level of 512 doubling one that ran 256
+        return queued_behind(gauges, 256.0, scrapes=5, concurrency=512)
+
+    held = {"running_min": 256.0, "running_max": 256.0, "waiting_mean": 200.0, "kv_usage_max": 0.4, "samples": 5.0}
+    assert at_512(held)
+    assert not at_512({**held, "samples": 4.0})   # too few scrapes yet
+    assert not at_512({**held, "running_max": 300.0})   # more were admitted
+    assert not at_512({**held, "waiting_mean": 0.0})   # nothing waits
+    assert not at_512({**held, "waiting_mean": 100.0})   # nor most
+    assert at_512({**held, "running_min": 200.0})   # a batch admitted in rounds dips between them
+    assert not at_512({**held, "kv_usage_max": 0.97})   # the cache holds it
+    assert at_512({k: v for k, v in held.items() if k != "kv_usage_max"})
+    assert not at_512({"samples": 9.0})   # no gauges at all
 
 
 def test_a_small_capped_batch_moving_by_a_tenth_of_a_request_is_still_capped() -> None:

@@ -223,7 +223,7 @@ class PrecisionRule:
         from plateau_bench.analysis.warm import warm_check_records
 
         queued = bool(gauges) and self.held_running is not None and \
-            queued_behind(gauges or {}, self.held_running, GAUGE_SCRAPES)
+            queued_behind(gauges or {}, self.held_running, GAUGE_SCRAPES, workers)
         return warm_check_records(streams, level_start_ns=level_start_ns, settled_ns=settled_ns, now_ns=now_ns,
                                   workers=workers, cycle_s=cycle_s, precision=self.precision,
                                   min_s=max(self.min_s, min_window_s),

@@ -104,6 +104,7 @@ CAPPED_WAITING_SHARE = 1 / 3
 KV_FULL = 0.95
 SAME_BATCH_SHRINK = 0.05
 HELD_FULL = 0.9   # a batch held at a cap: its time-average at least this share of its most-at-once
+QUEUED_SHARE = 0.5   # a queue behind a cap: at least this share of the requests in flight beyond the batch
 
 
 def queued_only(lower: Point, upper: Point) -> bool:
@@ -147,16 +148,20 @@ def capped(lower: Point, upper: Point) -> bool:
     return same_batch and (upper.waiting_mean or 0.0) > 0 and kv_room
 
 
-def queued_behind(gauges: Mapping[str, float], held_running: float, scrapes: int) -> bool:
+def queued_behind(gauges: Mapping[str, float], held_running: float, scrapes: int, concurrency: int) -> bool:
     """Whether a level's gauges since its concurrency was reached (``telemetry.summary`` values, at least
-    ``scrapes`` scrapes) show it only queued behind the batch of the level it doubled: as many running at most
-    as that level's most (``held_running``, within the same allowance as ``capped``), requests waiting, and the
-    KV cache not full (a full cache holds the batch too, and what it does with more is the question)."""
-    running, waiting, kv = gauges.get("running_max"), gauges.get("waiting_mean"), gauges.get("kv_usage_max")
-    if running is None or waiting is None or gauges.get("samples", 0.0) < scrapes or held_running <= 0:
+    ``scrapes`` scrapes) show it only queued behind the batch of the level it doubled: no more running at most
+    than that level's most (``held_running``, within the same allowance as ``capped``), the engine's queue
+    holding at least half the requests in flight beyond it, and the KV cache not full (a full cache holds the
+    batch too, and what it does with more is the question). Requests in flight that the engine neither runs
+    nor queues (a front end feeding it no faster) are not a cap's queue. The running count may dip between
+    scrapes (a prefill-first engine admits in rounds)."""
+    high, waiting, kv = gauges.get("running_max"), gauges.get("waiting_mean"), gauges.get("kv_usage_max")
+    if high is None or waiting is None or gauges.get("samples", 0.0) < scrapes or held_running <= 0:
         return False
-    same_batch = abs(running - held_running) <= max(1.0, CAPPED_DECODING_GROWTH * held_running)
-    return same_batch and waiting > 0 and (kv is None or kv < KV_FULL)
+    held = abs(high - held_running) <= max(1.0, CAPPED_DECODING_GROWTH * held_running)
+    queue = waiting >= QUEUED_SHARE * max(concurrency - held_running, 1.0)
+    return held and queue and (kv is None or kv < KV_FULL)
 
 
 def _doubling_chain(points: Sequence[Point], start: int) -> list[Point]:

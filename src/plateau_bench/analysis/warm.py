@@ -28,12 +28,12 @@ soon as its interval lies wholly on one side. A level whose time runs out before
 steps, opened just before the limit, read one level at twice its rate with a 137 % interval.
 
 A level of the doubling chain past a cap has nothing to show but a queue: once the server's own gauges,
-scraped since its concurrency was reached, show no more running than at the level it doubled, requests
-waiting and the KV cache not full (``analysis.plateau.queued_behind``), it ends as soon as its window holds
-``min_s`` and one period of that batch (the time a request spent in it at the level below: a prefill-first
-engine's rate swings within it), however long its queue makes a request's cycle: the batch, and so the
-rate, is the one measured below. Its rate, read over one period, is kept out of the plateau's mean
-(``analysis.plateau``).
+scraped since its concurrency was reached, show the running count held at the level it doubled, the
+engine's queue holding most of the rest and the KV cache not full (``analysis.plateau.queued_behind``), it
+ends once its window holds ``min_s`` and one period of that batch (the time a request spent in it at the
+level below: a prefill-first engine's rate swings within it), however long its queue makes a request's
+cycle: the batch, and so the rate, is the one measured below. Its rate, read over one period, is kept out
+of the plateau's mean (``analysis.plateau``).
 
 Stretching (``bound_s`` above ``max_s``, ``--max-level-time auto``): a level whose window has not reached
 ``min_s`` by ``max_s`` (joins spread over a request cycle longer than the level, as on Run B's engine at

@@ -68,8 +68,7 @@ class WarmEnd(msgspec.Struct, kw_only=True):
 
 GAUGE_SCRAPES = 5   # /metrics scrapes a window holds before its gauges' means compare with the client's
 QUEUED_NOTE = ("warm: ended on the server's gauges once its concurrency was reached: no more running than at the "
-               "level it doubled, with requests waiting; its window holds one period of that batch, and its rate is "
-               "left out of the plateau's mean")
+               "level it doubled, the rest in the engine's queue; its window holds one period of that batch")
 WHOLE_LEVEL_NOTE = ("warm: the level's time ran out too soon after its concurrency was reached for a window of "
                     "its own: window over the whole level, the change included")
 

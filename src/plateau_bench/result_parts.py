@@ -177,7 +177,7 @@ class WarmLevelInfo(msgspec.Struct, frozen=True, kw_only=True):
     drained_s: float = 0.0         # after its close, the sweep's end drained its last requests (in its
                                    # benchmark_s; the verdict had stood at the close)
     queued: bool = False           # ended once the server's gauges showed it only queued behind the batch of
-                                   # the level it doubled (its short window is left out of the plateau's mean)
+                                   # the level it doubled (its window one period of that batch)
 
 
 class SearchSettings(msgspec.Struct, frozen=True, kw_only=True):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
@@ -182,20 +181,6 @@ def test_a_doubling_that_only_queued_is_flat_whatever_its_measured_gain() -> Non
     assert find_plateau([*lows, at_8, grown]) is None
     # And growth without the client's decoding figures (a fixed grid read back) is judged on tok/s alone.
     assert find_plateau([Point(8, 240.0, 0.01), Point(16, 266.0, 0.01)]) is None
-
-
-def test_a_level_ended_on_the_servers_gauges_is_on_the_plateau_but_not_in_its_mean() -> None:
-    # C=16 read its rate over one batch period of a server swinging within it: it says the batch held,
-    # and a level measured to its precision gives the plateau's figure and its peak.
-    lows = [_level_point(1, 138.0, 0.9, 0.9, 1.0), _level_point(2, 158.0, 1.9, 1.9, 2.0),
-            _level_point(4, 232.0, 3.7, 3.9, 4.0, 0.1)]
-    at_8 = _level_point(8, 240.0, 3.9, 7.9, 4.0, 4.0)
-    at_16 = dataclasses.replace(_level_point(16, 300.0, 3.9, 15.8, 4.0, 12.0), queued=True)
-    plateau = find_plateau([*lows, at_8, at_16])
-    assert plateau is not None and plateau.levels == (4, 8, 16)
-    assert plateau.throughput == pytest.approx((232.0 + 240.0) / 2)   # C=4 within 5 % of the peak at 8, not 16
-    rated = find_plateau([*lows, at_8, dataclasses.replace(at_16, queued=False)])
-    assert rated is not None and rated.throughput == pytest.approx((240.0 + 300.0) / 2)   # read as a rate: the peak
 
 
 def test_the_gauges_say_a_level_only_queued_when_no_more_ran_than_below_and_the_engine_queued_the_rest() -> None:

@@ -56,7 +56,6 @@ class Point:
     running_max: float | None = None   # the server's gauges (/metrics), when scraped
     waiting_mean: float | None = None
     kv_usage_max: float | None = None
-    queued: bool = False            # a warm level ended on the server's gauges (``analysis.warm``)
 
 
 # The search settings are part of the saved result (``SweepSettings.search``).
@@ -203,15 +202,11 @@ def find_plateau(points: Sequence[Point], plateau_gain: float = 0.05) -> Plateau
         first -= 1
     start = pairs[first][0]
     top = [p for p in pts if p.concurrency >= start.concurrency]
-    # A level ended on the server's gauges (``queued``) read its rate over a few scrapes: it says the batch held,
-    # and its rate is left out of the peak and the mean while a level measured to its precision is there.
-    rated = [p for p in top if not p.queued] or top
-    peak = max(rated, key=lambda p: p.throughput)
+    peak = max(top, key=lambda p: p.throughput)
     flat_top = [p for p in top if p.throughput >= peak.throughput * (1 - plateau_gain) or same_batch_queued(p, peak)]
-    averaged = [p for p in flat_top if not p.queued] or flat_top
     last_lower, last_upper, _ = pairs[-1]
     return Plateau(
-        throughput=sum(p.throughput for p in averaged) / len(averaged),
+        throughput=sum(p.throughput for p in flat_top) / len(flat_top),
         concurrency=start.concurrency,
         reached=len(pairs) - first >= 2 or capped(last_lower, last_upper),
         levels=tuple(p.concurrency for p in flat_top),
@@ -310,7 +305,7 @@ def point_of(level: LevelResult) -> Point:
                  achieved=level.achieved_concurrency if level.completed else None,
                  peak=level.peak_decoding if level.completed and level.peak_decoding else None,
                  running_max=level.telemetry.running_max, waiting_mean=level.telemetry.waiting_mean,
-                 kv_usage_max=level.telemetry.kv_usage_max, queued=level.warm is not None and level.warm.queued)
+                 kv_usage_max=level.telemetry.kv_usage_max)
 
 
 def plateau_and_knee(levels: Sequence[LevelResult], search: SearchSettings) -> tuple[Plateau | None, Knee | None]:

@@ -31,9 +31,10 @@ A level of the doubling chain past a cap has nothing to show but a queue: once t
 scraped since its concurrency was reached, show the running count held at the level it doubled, the
 engine's queue holding most of the rest and the KV cache not full (``analysis.plateau.queued_behind``), it
 ends once its window holds ``min_s`` and one period of that batch (the time a request spent in it at the
-level below: a prefill-first engine's rate swings within it), however long its queue makes a request's
-cycle: the batch, and so the rate, is the one measured below. Its rate, read over one period, is kept out
-of the plateau's mean (``analysis.plateau``).
+level below), however long its queue makes a request's cycle, and its rate's interval is within twice the
+precision (``QUEUED_PRECISION``): the batch, and so the rate, is the one measured below, read again over
+that period. An engine whose rate swings within the period (a prefill-first one admitting in rounds) reads
+no such interval there and goes on as any level.
 
 Stretching (``bound_s`` above ``max_s``, ``--max-level-time auto``): a level whose window has not reached
 ``min_s`` by ``max_s`` (joins spread over a request cycle longer than the level, as on Run B's engine at
@@ -64,6 +65,7 @@ from plateau_bench.records import RequestRecord
 from plateau_bench.units import NS
 
 MSER_GROUP = 5            # buckets per group (MSER-5)
+QUEUED_PRECISION = 2.0    # a level ended on the gauges: its interval within this many times the precision
 MSER_BUCKETS = 200        # about this many buckets over the span read (at least ``MIN_BUCKET_S`` each)
 MIN_BUCKET_S = 0.05
 
@@ -166,7 +168,8 @@ def warm_check(times: FloatArray, cumulative: FloatArray, first_tokens: npt.NDAr
     precise = ci is not None and window.length_s >= min_s and (
         ci <= precision or (clear_above is not None and tok_s * (1 - ci) > clear_above)
         or (clear_below is not None and tok_s * (1 + ci) < clear_below))
-    held = queued and not (timed_out or precise or whole_level) and window.length_s >= queued_min_s
+    held = (queued and not (timed_out or precise or whole_level) and window.length_s >= queued_min_s
+            and ci is not None and ci <= QUEUED_PRECISION * precision)
     return WarmCheck(window_ns=(window.start_ns, now_ns), tok_s=tok_s, ci_rel=ci, done=timed_out or precise or held,
                      waves=waves, whole_level=whole_level, queued=held)
 

@@ -159,7 +159,7 @@ class PrecisionRule:
     drain: bool = True                 # --no-drain: cancel the requests in flight at a precise stop
     stretch_s: float | None = None     # --max-level-time auto: a level with no window yet goes on up to this
     expect_cycle_s: float = 0.0        # the request cycle the sweep expects at this level (0: unknown)
-    held_running: float | None = None  # warm confirm levels: the server's most running at the level doubled
+    held_running: float | None = None  # warm doubling levels: the server's most running at the level doubled
     held_cycle_s: float = 0.0          # ... and how long a request stayed in its batch there
 
     @property

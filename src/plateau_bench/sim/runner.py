@@ -16,6 +16,7 @@ end-to-end latencies of the previous level scaled to this concurrency, whichever
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Mapping
 
 import msgspec
@@ -125,21 +126,26 @@ class VirtualLevelRunner:
         if probe is not None and self.keep_probes:
             self.probes[label] = probe
         if probe is not None and self.metrics:
-            start_s, end_s = run.level_start_ns / NS, self._live.engine.now
-            snapshots = [s for s in probe.snapshots if start_s - self.scrape_s <= s.t <= end_s]
-            run.server_samples = server_samples(
-                snapshots, self.config.kv_tokens // self.config.block_size * self.config.block_size,
-                interval_s=self.scrape_s, front_end=self.config.front_end_ms_per_request > 0)
+            run.server_samples = self._scraped(run.level_start_ns / NS, self._live.engine.now)
             run.engine = "vllm"
         return run
 
-    def _gauges(self, from_s: float, to_s: float) -> Mapping[str, float]:
-        """What ``/metrics`` scraped every ``scrape_s`` said of the live engine between two virtual times."""
+    def _scraped(self, from_s: float, to_s: float) -> list[TelemetrySample]:
+        """What ``/metrics`` scraped every ``scrape_s`` recorded of the live engine between two virtual times
+        (the probe's snapshots are in time order: the span is found by bisection, not by a scan of the sweep)."""
         probe = self._live_probe
-        snapshots = [s for s in probe.snapshots if from_s - self.scrape_s <= s.t <= to_s] if probe else []
-        samples = server_samples(snapshots, self.config.kv_tokens // self.config.block_size * self.config.block_size,
-                                 interval_s=self.scrape_s)
-        return summarize(samples, round(from_s * NS), round(to_s * NS)).values
+        if probe is None:
+            return []
+        snapshots = probe.snapshots
+        first = bisect.bisect_left(snapshots, from_s - self.scrape_s, key=lambda s: s.t)
+        last = bisect.bisect_right(snapshots, to_s, lo=first, key=lambda s: s.t)
+        return server_samples(snapshots[first:last],
+                              self.config.kv_tokens // self.config.block_size * self.config.block_size,
+                              interval_s=self.scrape_s, front_end=self.config.front_end_ms_per_request > 0)
+
+    def _gauges(self, from_s: float, to_s: float) -> Mapping[str, float]:
+        """The scrapes' summary between two virtual times (a warm level's stop rule reads it as it runs)."""
+        return summarize(self._scraped(from_s, to_s), round(from_s * NS), round(to_s * NS)).values
 
     async def end_warm(self, drain: bool) -> WarmEnd | None:
         """End the live closed loop, if there is one: drained (its last requests' records) or cancelled."""

@@ -2,7 +2,10 @@
 
 The model (``analysis.calibration.CalibratedModel``) becomes an ``EngineConfig``; the settings a user
 asks about (the cap, the KV cache, the step budget) replace its own; the adaptive sweep runs in
-virtual time exactly as against a server. The band comes from two more sweeps with every fitted
+virtual time exactly as against a server, with warm levels (``plateau sweep``'s default: the workers
+joining a level spread over its cycle), so each predicted level is the desynchronised steady state a server
+shows, not the lock step of identical requests started at once (fewer decoding, every prompt in one step).
+The band comes from two more sweeps with every fitted
 coefficient one standard error slower and one faster: the plateau a user should expect lies
 between them when the fit's errors are the only ones (they are not when the engine does something
 the step model lacks, which the calibration's residuals show). A second, empirical band comes from
@@ -15,19 +18,21 @@ a decoding batch or a context (prompt plus half the answer) larger or smaller th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
 import msgspec
 
 from plateau_bench.analysis.calibration import EXTRAPOLATION, Lengths, Sweep, calibrate, shifted
+from plateau_bench.analysis.plateau import plateau_and_knee
 from plateau_bench.analysis.slo import Slo, level_meets
 from plateau_bench.answers import CalibratedModel, EngineModel
 from plateau_bench.answers import PredictedLevel as PredictedLevel  # re-exported: what a prediction is
 from plateau_bench.answers import Prediction as Prediction
 from plateau_bench.answers import Settings as Settings
 from plateau_bench.errors import ConfigError
-from plateau_bench.result import Knee, LevelResult, Plateau, Verdict
+from plateau_bench.result import Knee, LevelResult, Plateau, SearchSettings, Verdict
 from plateau_bench.sim.config import EngineConfig, Policy
 from plateau_bench.sim.runner import VirtualLevelRunner
 from plateau_bench.sim.step_model import StepModel
@@ -87,18 +92,37 @@ def held_out_basis(model: CalibratedModel) -> str:
     return widest[0] if widest is not None else "level"
 
 
-def _plan(concurrencies: Sequence[int] | None, top: int) -> ConcurrencyPlan:
+def _plan(concurrencies: Sequence[int] | None, top: int, *, warm: bool = True) -> ConcurrencyPlan:
     from plateau_bench.analysis.plateau import SearchConfig
 
     return ConcurrencyPlan(mode="steady", concurrencies=tuple(concurrencies) if concurrencies else None,
-                           search=SearchConfig(max_concurrency=top), limits=SweepLimits(max_level_s=600))
+                           search=SearchConfig(max_concurrency=top), limits=SweepLimits(max_level_s=600, warm=warm))
+
+
+def lead_in(grid: Sequence[int]) -> tuple[int, ...]:
+    """The concurrencies doubling from 1 below a grid's smallest. A warm level spreads the workers joining it
+    over the request cycle the level before it showed; a grid's first level has none before it, so its
+    workers would all start at once, and identical requests started together stay in lock step on the twin."""
+    first, out = min(grid, default=1), []
+    c = 1
+    while c < first:
+        out.append(c)
+        c *= 2
+    return tuple(out)
 
 
 async def _sweep(config: EngineConfig, workload: WorkloadSpec, plan: ConcurrencyPlan) -> tuple[
         list[LevelResult], Plateau | None, Knee | None]:
+    """The plan swept on the twin; a fixed grid is led in by ``lead_in``'s levels, which are not returned."""
     runner = VirtualLevelRunner(config, workload, steady_s=60)
-    _, result = await run_plan(runner, plan)
-    return result.levels, result.plateau, result.knee
+    lead = lead_in(plan.concurrencies) if plan.concurrencies and plan.limits.warm else ()
+    if not lead:
+        _, result = await run_plan(runner, plan)
+        return result.levels, result.plateau, result.knee
+    _, result = await run_plan(runner, dataclasses.replace(plan, concurrencies=(*lead, *(plan.concurrencies or ()))))
+    asked = [lv for lv in result.levels if lv.concurrency not in lead]
+    plateau, knee = plateau_and_knee(asked, SearchSettings())
+    return asked, plateau, knee
 
 
 def _level(lv: LevelResult, slos: Sequence[Slo]) -> PredictedLevel:
@@ -158,8 +182,10 @@ async def _standard_error_band(model: CalibratedModel, settings: Settings, workl
     """The plateau with every coefficient one standard error slower, then faster. Each edge is swept on the
     central sweep's grid beside the central model on that same grid, and taken as a ratio to it: an adaptive
     sweep's windows read a level a few per cent apart from a fixed grid's, more than a tight band's width, and
-    the band must hold the prediction it is around."""
-    grid = _plan(sorted({lv.concurrency for lv in levels if lv.concurrency}), top)
+    the band must hold the prediction it is around. The grids run cold: identical requests started together
+    make each level deterministic, so the ratio is the coefficients' effect alone, where warm windows would
+    add their own scatter (a per cent or two, more than a tight band) and cost several times the time."""
+    grid = _plan(sorted({lv.concurrency for lv in levels if lv.concurrency}), top, warm=False)
     _, same_grid, _ = await _sweep(engine_config(model.engine, settings), workload, grid)
     if same_grid is None or same_grid.throughput <= 0:
         return None, None

@@ -68,7 +68,7 @@ def test_every_companion_file_is_skipped_with_its_reason() -> None:
     skipped = {why.split(" (")[0].split(":")[0]: n for why, n in _skipped(load(SWEEP).warnings).items()}
     assert skipped == {
         "the CSV twin of the JSON results next to it": 9,           # per run, per-value aggregate, sweep
-        "AIPerf's request inputs": 4, "AIPerf's time-sliced metrics": 8, "AIPerf's scrape of the server's /metrics, "
+        "the request inputs": 4, "AIPerf's time-sliced metrics": 8, "AIPerf's scrape of the server's /metrics, "
         "not client measurements": 8, "AIPerf's phase manifest": 4, "AIPerf's console text": 4,
         "AIPerf's raw request/response log": 4, "AIPerf's run configuration": 4, "not a file plateau import reads": 5,
         "AIPerf's per-phase copies of the run's exports": 4,

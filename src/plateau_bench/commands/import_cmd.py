@@ -76,7 +76,7 @@ def import_cmd(
     overwrite: Overwrite = False,
     as_json: Json = False,
 ) -> None:
-    """Import results measured by vLLM, SGLang, GuideLLM, AIPerf, inference-perf or a plain table."""
+    """Import results measured by vLLM, SGLang, GuideLLM, AIPerf or GenAI-Perf, inference-perf, llm-d or a table."""
     if mode is not None and mode not in MODES:
         raise ConfigError(f"unknown --mode {mode!r}: choose one of {', '.join(MODES)}")
     lengths.check()

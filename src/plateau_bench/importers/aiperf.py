@@ -29,6 +29,12 @@ Token counts: AIPerf counts output tokens with the tokenizer it was given; the s
 two differ.
 
 A records file and an aggregate in the same directory are one level.
+
+GenAI-Perf, AIPerf's predecessor, writes the same blocks in ``profile_export_genai_perf.json`` with its own
+configuration as ``input_config`` (``is_genai_perf``): the load in ``perf_analyzer.stimulus`` (0.0.13 and
+later) or flat in its arguments (earlier); perf_analyzer keeps a concurrency over its measurement windows,
+so it is a steady level. Releases before 0.0.10 write no ``request_count`` block (``importers.aiperf_runs``
+counts perf_analyzer's export beside it).
 """
 
 from __future__ import annotations
@@ -62,7 +68,7 @@ MS_NS = 1_000_000
 RATE_PHASES = ("poisson", "gamma", "constant", "user_centric", "request_rate")
 OUTPUT_COUNTS = ("usage_completion_tokens", "output_sequence_length", "output_token_count")
 PROMPT_COUNTS = ("usage_prompt_tokens", "input_sequence_length", "error_isl")
-TPOT_NOTE = ("TPOT: AIPerf's inter-token latency ((latency - TTFT) / (output tokens - 1)); ITL: its inter-chunk "
+TPOT_NOTE = ("TPOT: {tool}'s inter-token latency ((latency - TTFT) / (output tokens - 1)); ITL: its inter-chunk "
              "latency")
 Load = tuple[str, int | None, float | None]    # mode, concurrency, rate
 
@@ -97,6 +103,8 @@ def is_aggregate(o: dict[str, Any]) -> bool:
 def identity(o: dict[str, Any] | None, what: str) -> str:
     """``AIPerf 0.13.0 <what> (schema 1.4)``: the tool and the version a file says it came from."""
     o = o or {}
+    if is_genai_perf(part(o, "input_config")):
+        return f"GenAI-Perf {what}"
     version = o.get("aiperf_version")
     schema = o.get("schema_version")
     return (f"AIPerf{f' {version}' if isinstance(version, str) else ''} {what}"
@@ -111,9 +119,32 @@ def _profiling_phases(config: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in phases if isinstance(p, dict) and (p.get("kind") or p.get("name")) == "profiling"]
 
 
-def config_load(config: dict[str, Any] | None, opts: ImportOptions) -> Load | None:
-    """The load an AIPerf configuration (``input_config`` or ``run_config.json``'s ``cfg``) states."""
+def is_genai_perf(config: dict[str, Any] | None) -> bool:
+    """An ``input_config`` GenAI-Perf wrote (AIPerf's predecessor, the same metric blocks): its configuration
+    object (0.0.13 and later: ``perf_analyzer.stimulus``) or its command-line arguments (earlier: a flat
+    ``concurrency``/``request_rate`` beside ``service_kind``)."""
     config = config or {}
+    return "stimulus" in part(config, "perf_analyzer") or ("service_kind" in config and "loadgen" not in config)
+
+
+def _genai_perf_load(config: dict[str, Any], opts: ImportOptions) -> Load | None:
+    """GenAI-Perf's load: perf_analyzer keeps the concurrency (or the request rate) over its measurement
+    windows, so a concurrency is a steady level."""
+    stimulus = part(part(config, "perf_analyzer"), "stimulus") or config
+    rate, concurrency = stimulus.get("request_rate"), stimulus.get("concurrency")
+    if isinstance(rate, int | float) and not isinstance(rate, bool) and rate > 0:
+        return "rate", None, float(rate)
+    if isinstance(concurrency, int) and not isinstance(concurrency, bool) and concurrency > 0:
+        return "steady", concurrency, None
+    return ("steady", opts.concurrency, None) if opts.concurrency else None
+
+
+def config_load(config: dict[str, Any] | None, opts: ImportOptions) -> Load | None:
+    """The load an AIPerf configuration (``input_config`` or ``run_config.json``'s ``cfg``) states, or
+    GenAI-Perf's (``is_genai_perf``)."""
+    config = config or {}
+    if is_genai_perf(config):
+        return _genai_perf_load(config, opts)
     phases = _profiling_phases(config)
     if phases:
         phase = phases[0]
@@ -140,7 +171,9 @@ def config_load(config: dict[str, Any] | None, opts: ImportOptions) -> Load | No
 def missing_load(config: dict[str, Any] | None, where: Where, what: str, hint: str) -> Exception:
     """The one-line error for a run whose load no file states: the field its layout keeps it in."""
     config = config or {}
-    key = ("input_config.loadgen.concurrency" if "loadgen" in config or "phases" not in config
+    key = ("input_config.perf_analyzer.stimulus.concurrency" if "perf_analyzer" in config
+           else "input_config.concurrency" if is_genai_perf(config)
+           else "input_config.loadgen.concurrency" if "loadgen" in config or "phases" not in config
            else "input_config.phases[profiling].concurrency")
     return where.fail(f"{what}: missing field '{key}' ({hint})")
 
@@ -335,8 +368,9 @@ def _sweep_line(blocks: dict[str, Any], tag: str) -> tuple[float | None, int | N
 
 
 def blocks_summary(blocks: dict[str, Any], load: Load, where: Where, source: str, *, errors: Any = None,
-                   notes: tuple[str, ...] = ()) -> ImportedLevel:
-    """A level from AIPerf's metric blocks (``{tag: {"unit", "avg", "p50", ...}}``) at ``load``."""
+                   notes: tuple[str, ...] = (), tool: str = "AIPerf") -> ImportedLevel:
+    """A level from AIPerf's metric blocks (``{tag: {"unit", "avg", "p50", ...}}``) at ``load`` (``tool``: which
+    wrote them; GenAI-Perf's are the same)."""
     mode, concurrency, rate = load
     count = _avg(blocks, "request_count")
     if count is None:
@@ -356,11 +390,11 @@ def blocks_summary(blocks: dict[str, Any], load: Load, where: Where, source: str
                 tpot=_scaled(_latency(blocks, "inter_token_latency", where), factor),
                 itl=_latency(blocks, "inter_chunk_latency", where), achieved_concurrency=in_flight,
                 decoding_concurrency=decoding, peak_in_flight=peak_in_flight, peak_decoding=peak_decoding)
-    s.notes.extend([*notes, TPOT_NOTE, *_token_notes(blocks, factor)])
+    s.notes.extend([*notes, TPOT_NOTE.format(tool=tool), *_token_notes(blocks, factor)])
     if peak_decoding is not None:
         s.notes.append("concurrency (time-average and peak, in flight and decoding): AIPerf's effective concurrency "
                        "curves")
-    return summary_level(s, f"{NAME}: {source}")
+    return summary_level(s, f"{tool.lower()}: {source}")
 
 
 def summary(agg: dict[str, Any], where: Where, opts: ImportOptions, load: Load | None = None) -> ImportedLevel:
@@ -369,7 +403,8 @@ def summary(agg: dict[str, Any], where: Where, opts: ImportOptions, load: Load |
     load = config_load(config, opts) or load
     if load is None:
         raise missing_load(config, where, identity(agg, "profile export"), "pass --concurrency")
-    return blocks_summary(blocks_of(agg), load, where, str(where), errors=agg.get("error_summary"))
+    return blocks_summary(blocks_of(agg), load, where, str(where), errors=agg.get("error_summary"),
+                          tool="GenAI-Perf" if is_genai_perf(config) else "AIPerf")
 
 
 def model(agg: dict[str, Any] | None) -> str | None:
@@ -378,5 +413,5 @@ def model(agg: dict[str, Any] | None) -> str | None:
     items = dig(config, "models", "items")
     if isinstance(items, list) and items and isinstance(items[0], dict) and items[0].get("name"):
         return str(items[0]["name"])
-    names = dig(config, "endpoint", "model_names")
+    names = dig(config, "endpoint", "model_names") or config.get("model_names") or config.get("model")
     return str(names[0]) if isinstance(names, list) and names else None

@@ -30,7 +30,9 @@ RUN_CONFIG = "AIPerf's run configuration (what it was asked to do, not what it m
 SERVER_METRICS = "AIPerf's scrape of the server's /metrics, not client measurements"
 GPU = "AIPerf's GPU telemetry, not client measurements"
 TIMESLICES = "AIPerf's time-sliced metrics: windows of the level its whole-run export gives"
-INPUTS = "AIPerf's request inputs (prompts it sent), not results"
+INPUTS = "the request inputs (prompts) AIPerf or GenAI-Perf sent, not results"
+PERF_ANALYZER = ("perf_analyzer's per-request export (what GenAI-Perf computed its statistics from): its "
+                 "profile_export_genai_perf.json next to it is read")
 OUTPUTS = "AIPerf's generated text, not results"
 MANIFEST = "AIPerf's phase manifest (an index of the per-phase exports)"
 PHASES = "AIPerf's per-phase copies of the run's exports (warm-up included); the run's own files are read"
@@ -88,6 +90,8 @@ def _by_content(text: str) -> str | None:
         return RUN_CONFIG
     if '"metrics_json"' in start and '"phase_kind"' in start:
         return MANIFEST
+    if compact.startswith('{"experiments":['):
+        return PERF_ANALYZER
     return None
 
 
@@ -144,12 +148,28 @@ def not_results(value: Any) -> str | None:
     data = value.get("data")
     if isinstance(data, dict) and isinstance(value.get("phase"), dict) and "endpoint_summaries" in data:
         return SERVER_METRICS + f" (phase {value['phase'].get('phase_name')})"
-    if isinstance(data, list) and data and isinstance(data[0], dict) and "payloads" in data[0]:
+    if isinstance(data, list) and data and isinstance(data[0], dict) and {"payloads", "payload"} & data[0].keys():
         return INPUTS
+    if isinstance(value.get("experiments"), list):
+        return PERF_ANALYZER
     metadata = value.get("metadata")
     if isinstance(metadata, dict) and "metrics" not in value and any(k in value for k in ("responses", "payload")):
         return RAW
     return None
+
+
+def perf_analyzer_requests(directory: Path) -> int | None:
+    """The requests perf_analyzer's export in ``directory`` holds (``profile_export.json``: the measured
+    requests of its experiments), for a GenAI-Perf export that does not state its count (before 0.0.10)."""
+    path = directory / "profile_export.json"
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    experiments = value.get("experiments") if isinstance(value, dict) else None
+    if not isinstance(experiments, list):
+        return None
+    return sum(len(e["requests"]) for e in experiments if isinstance(e, dict) and isinstance(e.get("requests"), list))
 
 
 def warmup_phase(path: Path, what: str) -> None:

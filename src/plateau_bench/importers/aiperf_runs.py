@@ -144,8 +144,19 @@ def _run_level(directory: Path, found: dict[str, list[tuple[Any, Where]]], opts:
         source = f"{aiperf.NAME}: {first.path}" + (f" with {agg_where.path}" if agg_where else "")
         return aiperf.records_run(found["records"], load, source, opts)
     if agg is not None and agg_where is not None:
-        return aiperf.summary(agg, agg_where, opts, aiperf.config_load(aiperf_files.run_config(directory), opts))
+        return aiperf.summary(_counted(agg, directory), agg_where, opts,
+                              aiperf.config_load(aiperf_files.run_config(directory), opts))
     return None
+
+
+def _counted(agg: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """A GenAI-Perf export with its request count: before 0.0.10 it stated none, and perf_analyzer's export
+    beside it holds the measured requests."""
+    blocks = aiperf.blocks_of(agg)
+    if "request_count" in blocks or not aiperf.is_genai_perf(aiperf.part(agg, "input_config")):
+        return agg
+    count = aiperf_files.perf_analyzer_requests(directory)
+    return agg if count is None else {**agg, "request_count": {"unit": "count", "avg": count}}
 
 
 def levels(groups: Groups, opts: ImportOptions, out: Imported) -> list[ImportedLevel]:

@@ -50,6 +50,44 @@ def prefill_estimate(levels: list[LevelResult], top: list[LevelResult]) -> Prefi
     return Prefill(min(per_token_ms / 1000 * prompt_rate, 1.5), per_token_ms * 1000, p or prompt, o, conc(low))
 
 
+STEPS_HELD = 0.03         # the server's mean tokens per step moving less than this between the last two levels ...
+STEPS_GREW = 0.7          # ... after the lowest level's steps carried at most this share of it: the steps are full
+STEPS_OVER_BATCH = 1.5    # ... and well over the running batch (one decode token each): not a batch held still
+
+
+def full_steps(s: Sweep) -> tuple[float, LevelResult, LevelResult] | None:
+    """The tokens every engine step carried on the plateau, when its steps stopped growing there: the server's
+    iteration-token histogram (vLLM ``iteration_tokens_total``) with the same mean at the last two plateau levels,
+    after the lowest level's steps carried far fewer, and many more than the sequences running (a batch that a cap
+    holds still carries one token per sequence and the odd prompt). A mean that holds still while the load
+    doubles is a per-step token budget (vLLM ``--max-num-batched-tokens``) that every step fills."""
+    means = [(lv, lv.time_split.step_tokens.mean) for lv in s.levels
+             if lv.time_split is not None and lv.time_split.step_tokens is not None
+             and lv.time_split.step_tokens.mean]
+    if len(means) < 3 or means[-1][0] not in s.top:
+        return None
+    (_, lowest), (before, held), (last, tokens) = means[0], means[-2], means[-1]
+    batch = max(last.decoding_concurrency, last.telemetry.running_mean or 0.0)
+    if abs(tokens / held - 1) > STEPS_HELD or lowest > STEPS_GREW * tokens or tokens < STEPS_OVER_BATCH * batch:
+        return None
+    return tokens, before, last
+
+
+def _full_steps_lines(s: Sweep) -> tuple[list[str], list[str]]:
+    """The evidence and the suggestion when every step on the plateau was full (``full_steps``), else none."""
+    full = full_steps(s)
+    if full is None:
+        return [], []
+    tokens, before, last = full
+    budget = flag(s.engine, "prefill") or GENERIC_PREFILL
+    lowest = next(lv for lv in s.levels if lv.time_split is not None and lv.time_split.step_tokens is not None
+                  and lv.time_split.step_tokens.mean)
+    return ([f"the server's steps carried ~{tokens:,.0f} tokens on average at C={conc(before)} and C={conc(last)} "
+             f"(its tokens-per-step histogram), against {lowest.time_split.step_tokens.mean:,.0f} at "  # type: ignore[union-attr]
+             f"C={conc(lowest)}: every step is full, so a per-step token budget of ~{tokens:,.0f} binds"],
+            [f"raise the per-step token budget above ~{tokens:,.0f} ({budget}): every step on the plateau is full"])
+
+
 def _prefill_evidence(s: Sweep, pre: Prefill) -> list[str]:
     low, last = s.levels[0], s.top[-1]
     ev = [f"prompt tokens take ~{min(pre.share, 1.0):.0%} of the engine's time on the plateau: a prompt token costs "
@@ -82,10 +120,12 @@ def prefill_verdict(s: Sweep, pre: Prefill) -> Verdict:
     unsure = pre.share < PREFILL_UNSURE[1] or pre.measured_at > 1 or disagrees
     confidence: Confidence = "medium" if unsure else "high"
     budget = flag(s.engine, "prefill") or GENERIC_PREFILL
+    full, raise_budget = _full_steps_lines(s)
     v = Verdict(
         "prefill", "prefill-bound: prompt processing, not decoding, takes most of each step", confidence,
-        _prefill_evidence(s, pre),
-        suggestions=[f"tune the chunked-prefill budget: {budget} (larger batches more prompt tokens per step; "
+        [*_prefill_evidence(s, pre), *full],
+        suggestions=[*raise_budget,
+                     f"tune the chunked-prefill budget: {budget} (larger batches more prompt tokens per step; "
                      "smaller keeps decode steps short)",
                      "split prefill and decode (prefill/decode disaggregation) so long prompts stop delaying decodes",
                      "prefix caching, when prompts share a prefix, skips their recomputation"])
@@ -148,6 +188,9 @@ def compute_verdict(s: Sweep) -> Verdict:
                           "not all share one batch")
         if not any(lv.telemetry.preemptions_delta is not None for lv in top):
             v.to_separate.append("enable /metrics: preemptions would show the KV cache evicting requests")
+    full, raise_budget = _full_steps_lines(s)
+    v.evidence += full
+    v.suggestions[:0] = raise_budget
     if s.prefill_share >= PREFILL_UNSURE[0]:
         v.confidence = "medium" if proportional else "low"
         v.secondary = "prefill"

@@ -78,6 +78,12 @@ def test_admission_cap_with_server_metrics_names_engine_flag() -> None:
     assert "KV usage peaked at 41%" in v.suggestions[0]
 
 
+def test_a_tensorrt_llm_cap_is_raised_with_its_own_flag() -> None:
+    v = diagnose(capped_levels(telemetry=True), engine="trtllm")
+    assert v.constraint == "admission_cap" and v.estimated_cap == 256
+    assert v.suggestions[0].startswith("try trtllm-serve --max_batch_size 512"), v.suggestions
+
+
 def test_burst_waves_are_named() -> None:
     levels = [level(c, 3990.0 if c >= 256 else 3990.0 * c / 256, dec=min(c, 256), peak=min(c, 256),
                     ttft=50.0, tpot=64.0, mode="burst", wall=32.9 * max(1, c // 256))

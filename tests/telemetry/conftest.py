@@ -29,6 +29,8 @@ async def metrics_server() -> AsyncIterator[Callable[[MetricsPlan], Any]]:
 
         async def info(request: web.Request) -> web.Response:
             plan.hits.append(request.path)
+            if request.path in plan.text_routes:
+                return web.Response(text=plan.text_routes[request.path], content_type="text/plain", charset="utf-8")
             if request.path not in plan.json_routes:
                 return web.Response(status=404, text="not found")
             return web.json_response(plan.json_routes[request.path])

@@ -34,6 +34,7 @@ class MetricsPlan:
     status: Callable[[int], int] = lambda i: 200
     hang_s: float = 0.0                      # sleep this long before answering /metrics
     json_routes: dict[str, Any] = field(default_factory=dict)   # e.g. {"/props": {...}}
+    text_routes: dict[str, str] = field(default_factory=dict)   # e.g. {"/prometheus/metrics": "..."}
     hits: list[str] = field(default_factory=list)
 
 

@@ -8,8 +8,10 @@ from hypothesis import strategies as st
 
 from plateau_bench.telemetry.engines import (
     CANONICAL,
+    TRTLLM,
     detect_engine,
     extract,
+    extract_histograms,
     info_values,
     kind_of,
 )
@@ -72,6 +74,27 @@ def test_llamacpp_reads_the_gauge_it_types_as_a_counter() -> None:
     assert raw["decode_calls"] == 1000
     assert raw["busy_slots_total"] == 3500
     assert raw["kv_tokens"] == 2048
+
+
+def test_trtllm_serves_its_cap_kv_pool_and_time_split() -> None:
+    engine, values, raw = mapped("trtllm.prom")
+    assert engine == "trtllm"
+    assert values == {"running": 64, "waiting": 120, "kv_usage": 0.4125, "prompt_tokens": 5210 * 512,
+                      "generation_tokens": 5210 * 256, "cap": 64, "kv_capacity_tokens": 4096 * 32}
+    assert raw["paused"] == 0 and raw["step_token_budget"] == 8192 and raw["requests_finished"] == 5210
+    assert raw["iteration_latency_s"] == pytest.approx(0.0152)
+    split = extract_histograms(TRTLLM, parse_exposition(golden("trtllm.prom")))
+    assert sorted(split) == ["decode_s", "e2e_s", "inference_s", "prefill_s", "queue_s", "ttft_s"]
+    assert split["queue_s"].count == 100 and split["queue_s"].sum == pytest.approx(112.0)
+
+
+def test_trtllm_under_dynamo_names() -> None:
+    page = golden("trtllm.prom").replace("trtllm_", "trtllm:")
+    index = parse_exposition(page)
+    engine = detect_engine(index)
+    assert engine is not None and engine.name == "trtllm"
+    values, _ = extract(engine, index)
+    assert (values["running"], values["cap"], values["kv_capacity_tokens"]) == (64, 64, 4096 * 32)
 
 
 def test_tgi_counters_without_total_and_histogram_sums() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -106,6 +107,21 @@ async def test_sglang_server_info(metrics_server: Start) -> None:
     assert samples[0].values["cap"] == 2048
     # the KV pool from /metrics wins over the info endpoint's (here they agree)
     assert samples[0].values["kv_capacity_tokens"] == 442367
+
+
+async def test_trtllm_serves_json_on_metrics_and_its_prometheus_text_beside(metrics_server: Start) -> None:
+    # trtllm-serve: /metrics is its JSON iteration statistics, /prometheus/metrics the Prometheus text
+    stats = [{"iter": 7, "numActiveRequests": 64, "numQueuedRequests": 120, "maxNumActiveRequests": 64}]
+    plan = MetricsPlan(metrics=lambda i: json.dumps(stats),
+                       text_routes={"/prometheus/metrics": golden("trtllm.prom")})
+    server = await metrics_server(plan)
+    scraper = TelemetryScraper(server.metrics_url, interval_s=0.02, extra_endpoints={})
+    await scraper.start(wait_first=True)
+    samples = await scraper.stop()
+    assert scraper.engine == "trtllm" and scraper.errors == 0
+    assert scraper.metrics_url == f"{server.base}/prometheus/metrics"
+    assert samples[0].values["cap"] == 64 and samples[0].values["waiting"] == 120
+    assert plan.hits.count("/metrics") == 1     # asked once, then the Prometheus route
 
 
 async def test_default_url_that_does_not_answer_is_silently_unavailable() -> None:

@@ -26,6 +26,9 @@ ENGINE_FLAGS: dict[str, dict[str, str]] = {
     "tgi": {"cap": "--max-concurrent-requests / --max-batch-total-tokens",
             "batch": "--max-batch-prefill-tokens", "kv": "--max-batch-total-tokens",
             "prefill": "--max-batch-prefill-tokens"},
+    "trtllm": {"cap": "trtllm-serve --max_batch_size {n}", "batch": "--max_num_tokens, CUDA graphs",
+               "kv": "--kv_cache_free_gpu_memory_fraction (more KV blocks)",
+               "prefill": "--max_num_tokens (the tokens one iteration may carry)"},
 }
 GENERIC_CAP = ("the server's running-request cap: vLLM --max-num-seqs {n}, SGLang --max-running-requests {n}, "
                "llama.cpp --parallel {n}, TGI --max-concurrent-requests")

@@ -177,8 +177,7 @@ def compute_verdict(s: Sweep) -> Verdict:
     v = Verdict(
         "compute", "compute / bandwidth saturation: larger batches only make each step slower", confidence, ev,
         suggestions=["more or faster GPUs, more tensor/expert parallelism, or quantization",
-                     f"tune step efficiency: {flag(s.engine, 'batch')}" if s.engine in ("vllm", "sglang", "llamacpp",
-                                                                                        "tgi") else
+                     f"tune step efficiency: {flag(s.engine, 'batch')}" if flag(s.engine, "batch") else
                      "tune the engine's batching (CUDA graphs, batched tokens per step)"])
     if batch_ratio < ROSE:
         v.to_separate.append("the decoding batch did not grow over the plateau: something that holds it (a cap, the "

@@ -13,8 +13,10 @@ Canonical quantities (``CANONICAL``), the same for every engine:
 
 Names were checked against each project's sources and documented exposition samples:
 vLLM ``vllm/v1/metrics/loggers.py`` (v1) and its v0 predecessors, SGLang
-``python/sglang/srt/metrics/collector.py``, llama.cpp ``tools/server`` (``--metrics``), and TGI's
-router (Rust ``metrics`` crate). Engine-specific quantities that help explain a plateau are kept
+``python/sglang/srt/metrics/collector.py``, llama.cpp ``tools/server`` (``--metrics``), TGI's
+router (Rust ``metrics`` crate), and TensorRT-LLM ``tensorrt_llm/metrics/collector.py`` (``trtllm-serve``
+publishes them on ``/prometheus/metrics``: its ``/metrics`` is JSON iteration statistics; Dynamo
+republishes them as ``trtllm:``). Engine-specific quantities that help explain a plateau are kept
 as "raw" keys (``swapped``, ``busy_slots_per_decode``, ``waiting_reason_capacity``, ...).
 
 Matching rules, and why:
@@ -255,7 +257,52 @@ TGI = EngineMap(
     info_kinds=("info",),
 )
 
-ENGINES: tuple[EngineMap, ...] = (VLLM, SGLANG, LLAMACPP, TGI)
+def _trtllm_derive(index: MetricIndex) -> dict[str, float]:
+    """The KV pool in tokens: its blocks times the tokens a block holds (TensorRT-LLM publishes both)."""
+    blocks = _lookup(index, _g("", *_trt("kv_cache_max_blocks")))
+    per_block = _lookup(index, _g("", *_trt("kv_cache_tokens_per_block")))
+    if not blocks or not per_block:
+        return {}
+    value = sum(v for _, v in blocks) * per_block[0][1]
+    return {"kv_capacity_tokens": value} if math.isfinite(value) and value > 0 else {}
+
+
+def _trt(name: str) -> tuple[str, str]:
+    """trtllm-serve's name (``trtllm_``), and the one Dynamo republishes it under (``trtllm:``)."""
+    return f"trtllm_{name}", f"trtllm:{name}"
+
+
+TRTLLM = EngineMap(
+    name="trtllm",
+    prefix="trtllm",
+    quantities=(
+        _g("running", *_trt("num_requests_running")),
+        _g("waiting", *_trt("num_requests_waiting")),
+        _g("kv_usage", *_trt("kv_cache_utilization"), combine="mean"),
+        _c("prompt_tokens", *_trt("prompt_tokens")),
+        _c("generation_tokens", *_trt("generation_tokens")),
+        # the executor's most active requests at once: its batch size, the admission cap
+        _s("cap", *_trt("max_num_active_requests")),
+        _g("paused", *_trt("num_paused_requests")),                 # evicted under MAX_UTILIZATION (not the default)
+        _g("step_token_budget", *_trt("max_num_tokens_runtime")),   # --max_num_tokens as the runtime holds it
+        _g("kv_max_blocks", *_trt("kv_cache_max_blocks")),
+        _g("kv_tokens_per_block", *_trt("kv_cache_tokens_per_block"), combine="mean"),
+        _g("iteration_latency_s", *_trt("iteration_latency_seconds"), combine="mean"),
+        _c("requests_finished", *_trt("request_success")),
+        _c("process_cpu", "process_cpu_seconds"),
+    ),
+    derive=_trtllm_derive,
+    histograms=(
+        ("queue_s", "trtllm_request_queue_time_seconds"),
+        ("prefill_s", "trtllm_request_prefill_time_seconds"),
+        ("decode_s", "trtllm_request_decode_time_seconds"),
+        ("inference_s", "trtllm_request_inference_time_seconds"),
+        ("e2e_s", "trtllm_e2e_request_latency_seconds"),
+        ("ttft_s", "trtllm_time_to_first_token_seconds"),
+    ),
+)
+
+ENGINES: tuple[EngineMap, ...] = (VLLM, SGLANG, LLAMACPP, TGI, TRTLLM)
 _BY_NAME = {e.name: e for e in ENGINES}
 
 

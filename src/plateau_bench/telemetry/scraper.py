@@ -62,6 +62,11 @@ def _origin(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
 
 
+def _json_stats(text: str) -> bool:
+    """A JSON document where Prometheus text was expected (trtllm-serve's ``/metrics``)."""
+    return text.lstrip()[:1] in ("[", "{")
+
+
 def default_metrics_url(target_url: str) -> str:
     """The metrics URL of a target: its server root (any ``/v1...`` path removed) + ``/metrics``."""
     parts = urlsplit(target_url.strip())
@@ -252,6 +257,8 @@ class TelemetryScraper:
             if status != 200:
                 return self._fail(f"HTTP {status} from {self.shown_url}")
             text = body.decode("utf-8", errors="replace")
+            if _json_stats(text) and self._prometheus_sibling():
+                return await self._scrape(timeout_s)
             try:
                 index = parse_exposition(text)
             except ValueError as exc:
@@ -259,7 +266,7 @@ class TelemetryScraper:
             if self._engine is None:
                 self._engine = detect_engine(index, hint=engine_names_present(text))
                 if self._engine is None:
-                    return self._fail(f"{self.shown_url} shows no vLLM, SGLang, llama.cpp or TGI metrics")
+                    return self._fail(f"{self.shown_url} shows no vLLM, SGLang, llama.cpp, TGI or TensorRT-LLM metrics")
                 await self._read_info(self._engine)
             values, raw = extract(self._engine, index)
             for key, v in self.static.items():
@@ -279,6 +286,16 @@ class TelemetryScraper:
             raise
         except Exception as exc:  # never into the load loop: count it and carry on
             return self._fail(_describe(exc, self.metrics_url, timeout_s))
+
+    def _prometheus_sibling(self) -> bool:
+        """Move to ``/prometheus/metrics`` beside a ``/metrics`` that answered JSON (trtllm-serve's iteration
+        statistics; its Prometheus text is there), once: True when it moved."""
+        parts = urlsplit(self.metrics_url)
+        if not parts.path.endswith("/metrics") or parts.path.endswith("/prometheus/metrics"):
+            return False
+        path = parts.path[: -len("/metrics")] + "/prometheus/metrics"
+        self.metrics_url = urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+        return True
 
     def _fail(self, message: str) -> bool:
         self.errors += 1

@@ -42,11 +42,11 @@ class CapSign:
     fill: float                   # lowest time-average decoding batch over the cap, on the pinned levels
     server_agrees: bool           # /metrics running max == the cap on every level at or above it
     tpot_flat: bool
+    client_short: bool = False    # fewer decoded at once than the server ran: told by the server alone
 
     def evidence(self, s: Sweep) -> list[str]:
         first, last = self.top[0], self.top[-1]
-        ev = [f"most requests decoding at once: {self.cap} at every level from C={conc(first)} to C={conc(last)} "
-              f"(time-average {first.decoding_concurrency:.1f} -> {last.decoding_concurrency:.1f})",
+        ev = [self._held_line(),
               f"TTFT p50 grew {ms(first.ttft_ms.p50)} -> {ms(last.ttft_ms.p50)} (queueing) while TPOT stayed "
               f"{ms(first.tpot_ms.mean)} -> {ms(last.tpot_ms.mean)}"]
         running_max = [lv.telemetry.running_max for lv in self.top if lv.telemetry.running_max is not None]
@@ -60,6 +60,27 @@ class CapSign:
         if waves:
             ev.append(waves)
         return ev
+
+
+    def _held_line(self) -> str:
+        first, last = self.top[0], self.top[-1]
+        average = f"time-average {first.decoding_concurrency:.1f} -> {last.decoding_concurrency:.1f}"
+        if not self.client_short:
+            return (f"most requests decoding at once: {self.cap} at every level from C={conc(first)} to "
+                    f"C={conc(last)} ({average})")
+        peaks = [lv.peak_decoding for lv in self.top]
+        return (f"the server ran {self.cap} requests at every level from C={conc(first)} to C={conc(last)}, with more "
+                f"waiting above C={self.cap} (its running and waiting counts), while at most {min(peaks)}-{max(peaks)} "
+                f"decoded at once ({average}): its running requests do not all decode together (a batch that is not "
+                "refilled until it ends, or prompts held in the running count)")
+
+
+def _server_held(top: list[LevelResult], cap: int) -> bool:
+    """The server's own counts hold its stated cap: running at it, with requests waiting, on every level
+    above it (the client's decoding count may read less: a batch that is not refilled as requests end)."""
+    above = [lv for lv in top if conc(lv) > cap * 1.05]
+    return bool(above) and all(lv.telemetry.running_max is not None and abs(lv.telemetry.running_max - cap)
+                               <= max(1.0, 0.02 * cap) and (lv.telemetry.waiting_mean or 0.0) > 0 for lv in above)
 
 
 def cap_signature(s: Sweep) -> CapSign | None:
@@ -77,14 +98,15 @@ def cap_signature(s: Sweep) -> CapSign | None:
     top = [lv for lv in s.levels if conc(lv) >= cap]
     pinned = [lv for lv in top if conc(lv) > cap * 1.05]
     peaks = [lv.peak_decoding for lv in top]
-    if len(top) < 2 or not pinned or max(peaks) > cap * 1.05 + 1 or min(peaks) < 0.9 * cap:
+    short = min(peaks, default=0) < 0.9 * cap
+    if len(top) < 2 or not pinned or max(peaks) > cap * 1.05 + 1 or (short and not (stated and _server_held(top, cap))):
         return None
     running_max = [lv.telemetry.running_max for lv in top if lv.telemetry.running_max is not None]
     first, last = top[0], top[-1]
     return CapSign(
         cap, stated is not None, top, pinned, min(lv.decoding_concurrency / cap for lv in pinned),
         bool(running_max) and all(abs(r - cap) <= max(1.0, 0.02 * cap) for r in running_max),
-        (first.tpot_ms.mean or 0) > 0 and (last.tpot_ms.mean or 0) / (first.tpot_ms.mean or 1) < 1.25)
+        (first.tpot_ms.mean or 0) > 0 and (last.tpot_ms.mean or 0) / (first.tpot_ms.mean or 1) < 1.25, short)
 
 
 def _tpot_points(levels: list[LevelResult], below: float) -> list[tuple[float, float]]:

@@ -165,7 +165,9 @@ def compute_verdict(s: Sweep) -> Verdict:
           f"{_fine_ms(last.tpot_ms.mean)} ({tpot_ratio:.1f}x for {batch_ratio:.1f}x the batch)",
           f"throughput flat at ~{s.plateau.throughput:,.0f} tok/s"]
     if any(lv.telemetry.waiting_mean is not None for lv in top):
-        ev.append(f"server waiting queue ~{last.telemetry.waiting_mean or 0.0:.1f}: requests are admitted")
+        waiting = last.telemetry.waiting_mean or 0.0
+        ev.append(f"server waiting queue ~{waiting:.1f}: " + ("requests are admitted" if waiting < 1.0 else
+                  "requests wait to be admitted, so something holds the running count"))
     if s.prefill is not None and s.prefill_share >= PREFILL_UNSURE[0]:
         ev.append(f"prompt tokens take ~{s.prefill_share:.0%} of the engine's time (from TTFT at C="
                   f"{s.prefill.measured_at})")

@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from plateau_bench.analysis.diagnosis_budget import budget_sign
 from plateau_bench.analysis.diagnosis_cache import cache_fault
 from plateau_bench.analysis.diagnosis_cap import CapSign, cap_signature, cap_what_if
 from plateau_bench.analysis.diagnosis_client import STALL_MS, errors, load_generator
@@ -151,6 +152,34 @@ def _cap_verdict(s: Sweep, sign: CapSign, kv: KvSign, confidence: Confidence, *,
     else:
         headroom = "check the KV cache has room for twice the sequences"
     v.suggestions.append(f"try {_try_cap(s, sign)} ({headroom})")
+    return _held_by_budget(s, sign, v)
+
+
+def _held_by_budget(s: Sweep, sign: CapSign, v: Verdict) -> Verdict:
+    """The verdict when the server's prefill shows a full step budget holding the count (``diagnosis_budget``):
+    said in the headline and the evidence, raising the budget advised first, and never high confidence."""
+    full = budget_sign(s, sign.pinned)
+    if full is None:
+        return v
+    budget = flag(s.engine, "prefill") or GENERIC_PREFILL
+    v.headline = (f"admission held at {sign.cap} running requests by a full step token budget "
+                  f"(~{full.budget:,.0f} tokens or a little more), not a cap" if not sign.stated else
+                  f"admission cap at {sign.cap} running requests, its step token budget full as well")
+    v.evidence.append(full.evidence(sign.cap))
+    if v.confidence == "high":
+        v.confidence = "medium"
+    advice = (f"raise the step token budget above ~{full.budget:,.0f} ({budget}): "
+              + ("a larger running cap alone admits no more while every step is full" if not sign.stated else
+                 "raising the cap alone would leave the steps full"))
+    if not sign.stated:   # the cap's own advice would change nothing: said as a check instead
+        v.suggestions = [t for t in v.suggestions if not t.startswith("try ")]
+        v.to_separate.append(f"if the server's running cap is {sign.cap} as well, raise both")
+    v.suggestions.insert(0, advice)
+    if v.what_if:
+        v.what_if.append(f"{2 * sign.cap} running needs a step budget about twice as large (~{2 * full.budget:,.0f} "
+                         "tokens), not only a larger running cap")
+    v.to_separate.append(f"sweep with shorter prompts: a full budget then holds more than {sign.cap} running, "
+                         "a cap does not move")
     return v
 
 

@@ -61,7 +61,6 @@ class CapSign:
             ev.append(waves)
         return ev
 
-
     def _held_line(self) -> str:
         first, last = self.top[0], self.top[-1]
         average = f"time-average {first.decoding_concurrency:.1f} -> {last.decoding_concurrency:.1f}"

@@ -31,10 +31,10 @@ two differ.
 A records file and an aggregate in the same directory are one level.
 
 GenAI-Perf, AIPerf's predecessor, writes the same blocks in ``profile_export_genai_perf.json`` with its own
-configuration as ``input_config`` (``is_genai_perf``): the load in ``perf_analyzer.stimulus`` (0.0.13 and
-later) or flat in its arguments (earlier); perf_analyzer keeps a concurrency over its measurement windows,
-so it is a steady level. Releases before 0.0.10 write no ``request_count`` block (``importers.aiperf_runs``
-counts perf_analyzer's export beside it).
+configuration as ``input_config`` (``is_genai_perf``): the load in ``perf_analyzer.stimulus`` (0.0.16)
+or flat in its arguments (older releases, 0.0.8 among them); perf_analyzer keeps a concurrency over its
+measurement windows, so it is a steady level. Older releases (0.0.8) write no ``request_count`` block
+(``importers.aiperf_runs`` counts perf_analyzer's export beside it).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def _profiling_phases(config: dict[str, Any]) -> list[dict[str, Any]]:
 
 def is_genai_perf(config: dict[str, Any] | None) -> bool:
     """An ``input_config`` GenAI-Perf wrote (AIPerf's predecessor, the same metric blocks): its configuration
-    object (0.0.13 and later: ``perf_analyzer.stimulus``) or its command-line arguments (earlier: a flat
+    object (0.0.16: ``perf_analyzer.stimulus``) or its command-line arguments (older ones, 0.0.8 among them: a flat
     ``concurrency``/``request_rate`` beside ``service_kind``)."""
     config = config or {}
     return "stimulus" in part(config, "perf_analyzer") or ("service_kind" in config and "loadgen" not in config)

@@ -160,7 +160,7 @@ def not_results(value: Any) -> str | None:
 
 def perf_analyzer_requests(directory: Path) -> int | None:
     """The requests perf_analyzer's export in ``directory`` holds (``profile_export.json``: the measured
-    requests of its experiments), for a GenAI-Perf export that does not state its count (before 0.0.10)."""
+    requests of its experiments), for a GenAI-Perf export that does not state its count (0.0.8)."""
     path = directory / "profile_export.json"
     try:
         value = json.loads(path.read_text(encoding="utf-8"))

@@ -150,7 +150,7 @@ def _run_level(directory: Path, found: dict[str, list[tuple[Any, Where]]], opts:
 
 
 def _counted(agg: dict[str, Any], directory: Path) -> dict[str, Any]:
-    """A GenAI-Perf export with its request count: before 0.0.10 it stated none, and perf_analyzer's export
+    """A GenAI-Perf export with its request count: older releases (0.0.8) state none, and perf_analyzer's export
     beside it holds the measured requests."""
     blocks = aiperf.blocks_of(agg)
     if "request_count" in blocks or not aiperf.is_genai_perf(aiperf.part(agg, "input_config")):

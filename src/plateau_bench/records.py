@@ -65,6 +65,7 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     connect_ns: int | None = None
     retry_after_s: float | None = None   # the server's Retry-After (seconds) on a refused request
     process: int | None = None           # the load process that sent it (--workers, --ray); None: the only one
+    asked_tokens: int | None = None      # the max_tokens it asked for (None: not recorded, as by the twin)
     session: int = -1                    # multi-turn: which conversation (-1: a single-turn request)
     turn: int = -1                       # and which of its turns, from 0
 

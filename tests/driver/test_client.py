@@ -114,6 +114,12 @@ async def test_the_read_hook_sees_every_body_piece(
     assert not client_module._READ_SINKS  # nothing left behind
 
 
+async def test_a_record_keeps_the_tokens_it_asked_for_when_the_server_stops_short(server: ScriptedServer) -> None:
+    server.plan.stream_tokens = 5   # then finish_reason and [DONE], as a server at its context limit ends
+    record = await send_one(target(server.url), max_tokens=12)
+    assert (record.error, record.output_tokens, record.asked_tokens) == (None, 5, 12)
+
+
 async def test_record_times_are_ordered_and_relative_to_t0(server: ScriptedServer) -> None:
     server.plan.ttft_s, server.plan.itl_s = 0.02, 0.002
     record = await send_one(target(server.url), max_tokens=5)

@@ -9,7 +9,7 @@ server's own time split from its histograms (``time_split``), and the load gener
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import msgspec
 
@@ -21,6 +21,7 @@ from plateau_bench.analysis.time_split import server_time_split
 from plateau_bench.analysis.turns import turn_metrics
 from plateau_bench.analysis.warm_level import compute_warm_level
 from plateau_bench.level_run import LevelRun
+from plateau_bench.records import RequestRecord
 from plateau_bench.result import GpuMetrics, LevelResult, ServerTelemetry, SimLevelInfo
 from plateau_bench.telemetry.summary import summarize as summarize_telemetry
 
@@ -78,6 +79,22 @@ def _llamacpp_hit_rate(run: LevelRun) -> float | None:
 
 
 SLOW_CONNECT_MS = 1000.0   # a listen-backlog overflow costs SYN retries of 1, 3, 7 ... s
+SHORT_SHARE = 0.05         # answers ending short of max_tokens in this share of a level's or more are said
+
+
+def short_answers(records: Sequence[RequestRecord]) -> str | None:
+    """A note when successful answers ended before the tokens they asked for (sent with ``ignore_eos``, an
+    answer is as long as asked unless the server stops it: a context limit per request or per slot, or an
+    end-of-sequence token it does not skip), so the workload served is shorter than the one asked; None when
+    fewer than ``SHORT_SHARE`` did, or no record keeps what it asked."""
+    asked = [r for r in records if r.error is None and not r.warmup and r.asked_tokens]
+    short = sorted((r.output_tokens, r.asked_tokens or 0) for r in asked if r.output_tokens < (r.asked_tokens or 0))
+    if not short or len(short) < SHORT_SHARE * len(asked):
+        return None
+    served, wanted = short[len(short) // 2]
+    return (f"{len(short)} of {len(asked)} answers ended short of the tokens asked (the median of them {served} of "
+            f"{wanted}): the server stopped them early (a context limit per request or slot, or an end-of-sequence "
+            "token it does not skip), so the workload it served is shorter than the one asked")
 
 
 def _notes(run: LevelRun, result: LevelResult) -> list[str]:
@@ -93,6 +110,9 @@ def _notes(run: LevelRun, result: LevelResult) -> list[str]:
         notes.append(f"{result.token_mismatches} request(s) had a usage report claiming more output tokens than "
                      "they streamed or than max_tokens allowed: counted as streamed, the claims kept on the records "
                      "(usage_tokens)")
+    short = short_answers(run.records)
+    if short is not None:
+        notes.append(short)
     if run.cut_off_at_stop:
         notes.append(f"{run.cut_off_at_stop} request(s) in flight were cut off when the level was aborted")
     if run.target_gone:

@@ -79,11 +79,12 @@ _KEEPALIVE_S = 4.0
 class _InFlight:
     """One request in flight: its connection time, its answer so far, and how it failed, if it did."""
 
-    __slots__ = ("acc", "clock", "content_type", "cut", "detail", "error", "prompt_tokens", "ready_ns",
+    __slots__ = ("acc", "asked", "clock", "content_type", "cut", "detail", "error", "prompt_tokens", "ready_ns",
                  "retry_after", "scheduled_ns", "sent_ns", "start_ns", "status", "t0", "warmup", "worker", "written")
 
     def __init__(self, clock: Callable[[], int], t0: int, scheduled_ns: int, worker: int, warmup: bool,
-                 prompt_tokens: int) -> None:
+                 prompt_tokens: int, asked: int) -> None:
+        self.asked = asked       # max_tokens
         self.clock = clock
         self.t0 = t0
         self.acc = StreamAccumulator()
@@ -233,7 +234,7 @@ class StreamingClient:
         if session is None:
             raise RuntimeError("StreamingClient.send outside 'async with'")
         clock = self.clock_ns
-        state = _InFlight(clock, self.t0_ns, scheduled_ns, worker, warmup, prompt_tokens)
+        state = _InFlight(clock, self.t0_ns, scheduled_ns, worker, warmup, prompt_tokens, max_tokens)
         acc = state.acc
         in_flight = self._in_flight
         in_flight[index] = state
@@ -353,7 +354,7 @@ class StreamingClient:
             retry_after_s=state.retry_after,
             warmup=state.warmup,
             usage_tokens=counts.usage_tokens,
-            connect_ns=ready_ns - state.t0 - state.start_ns if ready_ns is not None else None,
+            connect_ns=ready_ns - state.t0 - state.start_ns if ready_ns is not None else None, asked_tokens=state.asked,
         )
 
 
